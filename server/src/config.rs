@@ -1,0 +1,83 @@
+//! Command-line and environment configuration, like every kube tool.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Parser;
+
+use crate::{
+    object::Transform,
+    reflector::ReflectorConfig,
+    resource::GroupVersionResource,
+    subscription::Limits,
+};
+
+/// kube-fanout: one LIST+WATCH per resource type against the API server,
+/// re-served to many gRPC subscribers.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kube-fanout", version, about, long_about = None)]
+pub struct Config {
+    /// A resource type to serve, as VERSION/RESOURCE (core group) or
+    /// GROUP/VERSION/RESOURCE; repeat for several. CRDs included.
+    #[arg(long = "resource", required = true, value_name = "GVR")]
+    pub resources: Vec<GroupVersionResource>,
+
+    /// Address of the gRPC listener.
+    #[arg(long, default_value = "127.0.0.1:50051", env = "KUBE_FANOUT_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// Kubeconfig file; defaults to $KUBECONFIG, ~/.kube/config, then the
+    /// in-cluster service account.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long)]
+    pub context: Option<String>,
+
+    /// LIST page size (0: one page).
+    #[arg(long, default_value_t = 500)]
+    pub page_size: u32,
+
+    /// Minimum watch timeout in seconds; each watch draws from [min, 2×min).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_watch_timeout_seconds: u64,
+
+    /// Keep metadata.managedFields instead of dropping them before storing.
+    #[arg(long)]
+    pub keep_managed_fields: bool,
+
+    /// Events retained per resource type for resuming watches and for
+    /// subscribers that read slowly.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub history_events: u64,
+
+    /// How long a watch asking for a resourceVersion newer than the cache
+    /// waits for the cache to catch up, in milliseconds.
+    #[arg(long, default_value_t = 3_000)]
+    pub freshness_timeout_ms: u64,
+
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl Config {
+    /// The reflector settings these flags describe.
+    pub fn reflector(&self) -> ReflectorConfig {
+        ReflectorConfig {
+            page_size: self.page_size,
+            min_watch_timeout: Duration::from_secs(self.min_watch_timeout_seconds),
+            transform: Transform {
+                strip_managed_fields: !self.keep_managed_fields,
+            },
+            ..ReflectorConfig::default()
+        }
+    }
+
+    /// The watch limits these flags describe.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            freshness_timeout: Duration::from_millis(self.freshness_timeout_ms),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Every way a request can fail, and the one place that maps each to a
+//! gRPC status. Statuses that a client must act on (Expired, lagging) carry
+//! a `google.rpc.ErrorInfo` with a machine-readable reason and the
+//! resourceVersion to act on.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::{
+    filter::FilterError,
+    object::ObjectError,
+    resource::{GroupVersionResource, ResourceError},
+    store::ReadError,
+    subscription::WatchError,
+};
+
+/// The domain of kube-fanout's `ErrorInfo` details.
+pub const ERROR_DOMAIN: &str = "kube-fanout.io";
+
+/// Why a request was refused or a stream ended.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The request names no resource.
+    #[error("the request names no resource: set resource.version and resource.resource (and resource.group outside the core group)")]
+    MissingResource,
+    /// The resource is not one this server serves.
+    #[error("resource {asked} is not served here; served: {served}")]
+    UnknownResource {
+        /// What was asked for.
+        asked: GroupVersionResource,
+        /// What is served, comma-separated.
+        served: String,
+    },
+    /// A malformed selector.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// A resourceVersion that is not a number.
+    #[error("invalid resourceVersion: {0}")]
+    ResourceVersion(#[from] ObjectError),
+    /// Get found nothing.
+    #[error("{resource} {key:?} not found")]
+    NotFound {
+        /// The resource type.
+        resource: GroupVersionResource,
+        /// `namespace/name`.
+        key: String,
+    },
+    /// A Get without a name.
+    #[error("the request names no object: set name")]
+    MissingName,
+    /// The watch could not start or continue.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    /// Discovery or the resource's syntax.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+}
+
+impl From<ReadError> for RequestError {
+    fn from(err: ReadError) -> Self {
+        RequestError::Watch(err.into())
+    }
+}
+
+fn with_reason(code: Code, message: String, reason: &str, rv: Option<String>) -> Status {
+    let metadata: std::collections::HashMap<String, String> = rv
+        .map(|rv| [("resourceVersion".to_owned(), rv)].into_iter().collect())
+        .unwrap_or_default();
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
+    )
+}
+
+impl From<RequestError> for Status {
+    fn from(err: RequestError) -> Self {
+        let message = err.to_string();
+        match err {
+            RequestError::MissingResource
+            | RequestError::MissingName
+            | RequestError::Filter(_)
+            | RequestError::ResourceVersion(_)
+            | RequestError::Resource(ResourceError::Syntax(_)) => Status::invalid_argument(message),
+            RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
+                Status::not_found(message)
+            }
+            RequestError::Resource(_) => Status::unavailable(message),
+            RequestError::Watch(WatchError::Read(ReadError::Expired { oldest, .. })) => {
+                with_reason(Code::OutOfRange, message, "Expired", Some(oldest.to_string()))
+            }
+            RequestError::Watch(WatchError::Read(ReadError::TooLarge { current, .. })) => {
+                with_reason(
+                    Code::DeadlineExceeded,
+                    message,
+                    "TooLargeResourceVersion",
+                    Some(current.to_string()),
+                )
+            }
+            RequestError::Watch(WatchError::Read(ReadError::NotSynced)) => {
+                Status::unavailable(message)
+            }
+            RequestError::Watch(WatchError::Lagged { last_delivered }) => with_reason(
+                Code::ResourceExhausted,
+                message,
+                "SubscriberLagged",
+                Some(last_delivered.to_string()),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ResourceVersion;
+
+    #[test]
+    fn expired_carries_a_machine_readable_reason() {
+        let status: Status = RequestError::from(ReadError::Expired {
+            asked: ResourceVersion(5),
+            oldest: ResourceVersion(9),
+        })
+        .into();
+        assert_eq!(status.code(), Code::OutOfRange);
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "Expired");
+        assert_eq!(info.metadata.get("resourceVersion").map(String::as_str), Some("9"));
+        assert!(status.message().contains("too old"), "{}", status.message());
+    }
+
+    #[test]
+    fn a_lagging_subscriber_learns_where_to_resume() {
+        let status: Status = RequestError::from(WatchError::Lagged {
+            last_delivered: ResourceVersion(77),
+        })
+        .into();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.metadata.get("resourceVersion").map(String::as_str), Some("77"));
+    }
+}

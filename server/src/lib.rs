@@ -1,0 +1,20 @@
+//! kube-fanout: a gRPC cache-fanout for Kubernetes.
+//!
+//! One [`reflector`] per resource type keeps a [`store`] in step with the
+//! API server; every gRPC subscriber gets a [`subscription`] over that
+//! store: a consistent snapshot, like the API server's watch-list, then
+//! every later change in order. [`service`] is the thin gRPC layer and
+//! [`server`] wires it all together.
+
+pub mod backoff;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod filter;
+pub mod object;
+pub mod reflector;
+pub mod resource;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod subscription;

@@ -1,0 +1,77 @@
+//! The kube-fanout binary: parses flags, connects to the API server and
+//! runs the server until SIGINT or SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use kube_fanout::{
+    config::Config,
+    server::{self, ServerOptions},
+};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    init_logging(config.log_json);
+    let client = kube_client(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let cancel = CancellationToken::new();
+    let options = ServerOptions {
+        resources: config.resources.clone(),
+        reflector: config.reflector(),
+        history_events: usize::try_from(config.history_events).unwrap_or(usize::MAX),
+        limits: config.limits(),
+    };
+    let mut running = server::start(client, listener, options, cancel.clone()).await?;
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        cancel.cancel();
+    });
+    running.wait().await?;
+    Ok(())
+}
+
+fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn kube_client(config: &Config) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: config.context.clone(),
+        ..Default::default()
+    };
+    let kube_config = match &config.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options).await?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig and not in a cluster")?,
+    };
+    Ok(kube::Client::try_from(kube_config)?)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler cannot fail on unix");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,253 @@
+//! Objects as the cache holds them: the JSON the API server sent, plus the
+//! few fields the store and the filters need, parsed once on arrival.
+
+use std::{collections::BTreeMap, fmt, str::FromStr, sync::Arc};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A Kubernetes resourceVersion.
+///
+/// Kubernetes calls resourceVersions opaque, but every API server backed by
+/// etcd (and kube-fanout itself) hands out etcd revisions, which are
+/// unsigned integers. The subscriber contract orders events and compares
+/// resume points by resourceVersion, so kube-fanout relies on that and
+/// rejects anything else with a clear error instead of guessing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ResourceVersion(pub u64);
+
+impl FromStr for ResourceVersion {
+    type Err = ObjectError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse::<u64>()
+            .map(ResourceVersion)
+            .map_err(|_| ObjectError::ResourceVersion(s.to_owned()))
+    }
+}
+
+impl fmt::Display for ResourceVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why an object from the API server could not be taken into the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The bytes are not a JSON object.
+    #[error("object is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A resourceVersion that is not an etcd revision.
+    #[error("resourceVersion {0:?} is not an unsigned integer")]
+    ResourceVersion(String),
+    /// metadata.name is missing or empty.
+    #[error("object has no metadata.name")]
+    NoName,
+    /// The object is not of the type being cached (a Table, say).
+    #[error("object is a {found}, expected a {expected}")]
+    UnexpectedType {
+        /// `apiVersion kind` expected.
+        expected: String,
+        /// `apiVersion kind` found.
+        found: String,
+    },
+}
+
+/// An object's apiVersion and kind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TypeMeta {
+    /// For example `apps/v1`.
+    pub api_version: String,
+    /// For example `Deployment`.
+    pub kind: String,
+}
+
+impl fmt::Display for TypeMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version, self.kind)
+    }
+}
+
+/// The fields of `metadata` the cache reads.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+/// What to do to an object before it is stored, like client-go's
+/// `TransformFunc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transform {
+    /// Drop `metadata.managedFields`: server-side-apply bookkeeping that
+    /// often outweighs the rest of the object and that watchers rarely read.
+    pub strip_managed_fields: bool,
+}
+
+impl Default for Transform {
+    fn default() -> Self {
+        Transform {
+            strip_managed_fields: true,
+        }
+    }
+}
+
+/// One cached object. Cheap to share: the store and every event that
+/// mentions it hold the same `Arc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// `namespace/name`, or `name` for a cluster-scoped object.
+    pub key: String,
+    /// metadata.namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// metadata.name.
+    pub name: String,
+    /// metadata.resourceVersion.
+    pub resource_version: ResourceVersion,
+    /// metadata.labels.
+    pub labels: BTreeMap<String, String>,
+    /// The object's JSON after the transform.
+    pub json: Arc<str>,
+}
+
+impl Object {
+    /// Parses an object the API server sent, applying `transform`.
+    ///
+    /// Items of a LIST come without apiVersion and kind; they are filled in
+    /// from `type_meta`, so subscribers get whole objects either way. An
+    /// object of another type is refused.
+    pub fn from_json(raw: &str, type_meta: &TypeMeta, transform: Transform) -> Result<Self, ObjectError> {
+        let mut value: Value = serde_json::from_str(raw)?;
+        let mut rewrite = false;
+        for (field, expected) in [("apiVersion", &type_meta.api_version), ("kind", &type_meta.kind)] {
+            match value.get(field).and_then(Value::as_str) {
+                Some(found) if found == expected => {}
+                None if value.is_object() => {
+                    value[field] = Value::String(expected.clone());
+                    rewrite = true;
+                }
+                _ => {
+                    return Err(ObjectError::UnexpectedType {
+                        expected: type_meta.to_string(),
+                        found: format!(
+                            "{} {}",
+                            value.get("apiVersion").and_then(Value::as_str).unwrap_or("?"),
+                            value.get("kind").and_then(Value::as_str).unwrap_or("?")
+                        ),
+                    });
+                }
+            }
+        }
+        let meta = Meta::deserialize(value.get("metadata").unwrap_or(&Value::Null))
+            .unwrap_or_default();
+        if meta.name.is_empty() {
+            return Err(ObjectError::NoName);
+        }
+        let resource_version = meta
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+            .parse()?;
+        if transform.strip_managed_fields {
+            if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                rewrite |= m.remove("managedFields").is_some();
+            }
+        }
+        let json: Arc<str> = if rewrite {
+            serde_json::to_string(&value)?.into()
+        } else {
+            raw.into()
+        };
+        let namespace = meta.namespace.unwrap_or_default();
+        Ok(Object {
+            key: object_key(&namespace, &meta.name),
+            namespace,
+            name: meta.name,
+            resource_version,
+            labels: meta.labels,
+            json,
+        })
+    }
+}
+
+/// The store key of an object: `namespace/name`, or `name` when cluster-scoped,
+/// as client-go's `MetaNamespaceKeyFunc` makes it.
+pub fn object_key(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm() -> TypeMeta {
+        TypeMeta {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    #[test]
+    fn parses_metadata_and_strips_managed_fields() {
+        let raw = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"42","labels":{"app":"x"},"managedFields":[{"manager":"kubectl"}]},"data":{"k":"v"}}"#;
+        let obj = Object::from_json(raw, &cm(), Transform::default()).unwrap();
+        assert_eq!(obj.key, "ns/a");
+        assert_eq!(obj.resource_version, ResourceVersion(42));
+        assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
+        assert!(!obj.json.contains("managedFields"));
+        assert!(obj.json.contains(r#""data":{"k":"v"}"#));
+    }
+
+    #[test]
+    fn keeps_managed_fields_when_the_transform_is_off() {
+        let raw = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1","managedFields":[]}}"#;
+        let obj = Object::from_json(
+            raw,
+            &cm(),
+            Transform {
+                strip_managed_fields: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(&*obj.json, raw);
+        assert_eq!(obj.key, "a");
+    }
+
+    #[test]
+    fn rejects_objects_without_a_name_or_with_an_opaque_resource_version() {
+        assert!(matches!(
+            Object::from_json(r#"{"metadata":{}}"#, &cm(), Transform::default()),
+            Err(ObjectError::NoName)
+        ));
+        assert!(matches!(
+            Object::from_json(
+                r#"{"metadata":{"name":"a","resourceVersion":"abc"}}"#,
+                &cm(),
+                Transform::default()
+            ),
+            Err(ObjectError::ResourceVersion(_))
+        ));
+    }
+
+    #[test]
+    fn fills_in_the_type_of_list_items_and_refuses_other_types() {
+        let item = Object::from_json(r#"{"metadata":{"name":"a","resourceVersion":"3"}}"#, &cm(), Transform::default()).unwrap();
+        assert!(item.json.contains(r#""apiVersion":"v1""#) && item.json.contains(r#""kind":"ConfigMap""#));
+        let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"a","resourceVersion":"3"}}"#;
+        let err = Object::from_json(table, &cm(), Transform::default()).unwrap_err();
+        assert!(matches!(err, ObjectError::UnexpectedType { .. }), "{err}");
+        assert!(err.to_string().contains("meta.k8s.io/v1 Table"), "{err}");
+    }
+}

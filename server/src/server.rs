@@ -1,0 +1,174 @@
+//! Wiring: discover the resource types, start one reflector each, and
+//! serve the gRPC API with health and reflection until cancelled.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use kube_fanout_proto::v1::{FILE_DESCRIPTOR_SET, kube_fanout_server::KubeFanoutServer};
+use tokio::{net::TcpListener, task::JoinSet};
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span};
+
+use crate::{
+    cache::{Cache, Served},
+    reflector::{Reflector, ReflectorConfig},
+    resource::{GroupVersionResource, ResourceError, ResourceType},
+    service::FanoutService,
+    store::Store,
+    subscription::Limits,
+};
+
+/// What the server needs besides an API client and a listener.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The resource types to serve.
+    pub resources: Vec<GroupVersionResource>,
+    /// How the reflectors list and watch.
+    pub reflector: ReflectorConfig,
+    /// Events kept per type.
+    pub history_events: usize,
+    /// Watch limits.
+    pub limits: Limits,
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A requested resource type could not be resolved.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// The gRPC transport failed.
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Building the reflection service failed.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The listener could not be read.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The gRPC service name that health reports on besides "".
+const SERVICE_NAME: &str = "kubefanout.v1.KubeFanout";
+
+/// A server that is discovering, syncing and serving.
+pub struct Running {
+    /// The address the gRPC listener is bound to.
+    pub local_addr: SocketAddr,
+    /// The served types.
+    pub cache: Arc<Cache>,
+    tasks: JoinSet<Result<(), ServeError>>,
+    cancel: CancellationToken,
+}
+
+impl Running {
+    /// Stops every reflector and the listener, and waits for all of them.
+    pub async fn shutdown(mut self) -> Result<(), ServeError> {
+        self.cancel.cancel();
+        self.wait().await
+    }
+
+    /// Waits until every task ends (after cancellation or a failure); the
+    /// first failure is returned and stops the rest.
+    pub async fn wait(&mut self) -> Result<(), ServeError> {
+        let mut outcome = Ok(());
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Ok(Err(err)) = joined {
+                self.cancel.cancel();
+                outcome = outcome.and(Err(err));
+            }
+        }
+        outcome
+    }
+}
+
+/// Resolves every resource type (failing on the first unknown one), then
+/// starts the reflectors and the gRPC server on `listener`. Everything
+/// stops when `cancel` fires.
+pub async fn start(
+    client: kube::Client,
+    listener: TcpListener,
+    options: ServerOptions,
+    cancel: CancellationToken,
+) -> Result<Running, ServeError> {
+    let mut types = Vec::new();
+    for gvr in &options.resources {
+        types.push(ResourceType::discover(&client, gvr).await?);
+    }
+    let mut tasks = JoinSet::new();
+    let mut cache = Cache::default();
+    for resource in types {
+        let span = info_span!("reflector", resource = %resource.gvr);
+        let store = Arc::new(Store::new(resource, options.history_events));
+        let reflector = Reflector::new(client.clone(), store.clone(), options.reflector);
+        cache.insert(Served::new(store, reflector.status()));
+        let cancel = cancel.clone();
+        tasks.spawn(
+            async move {
+                reflector.run(cancel).await;
+                Ok(())
+            }
+            .instrument(span),
+        );
+    }
+    let cache = Arc::new(cache);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_not_serving::<KubeFanoutServer<FanoutService>>().await;
+    tasks.spawn(
+        report_health(cache.clone(), health, cancel.clone()).instrument(info_span!("health")),
+    );
+
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let service = FanoutService::new(cache.clone(), options.limits);
+    let local_addr = listener.local_addr()?;
+    let router = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_alpha)
+        .add_service(KubeFanoutServer::new(service));
+    let shutdown = cancel.clone();
+    tasks.spawn(
+        async move {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled())
+                .await?;
+            Ok(())
+        }
+        .instrument(info_span!("grpc", %local_addr)),
+    );
+    info!(%local_addr, "serving");
+    Ok(Running {
+        local_addr,
+        cache,
+        tasks,
+        cancel,
+    })
+}
+
+/// Reports SERVING once every store has synced (the API server's own
+/// readiness works the same way for its watch cache).
+async fn report_health(
+    cache: Arc<Cache>,
+    health: tonic_health::server::HealthReporter,
+    cancel: CancellationToken,
+) -> Result<(), ServeError> {
+    let mut heads: Vec<_> = cache.iter().map(|s| s.store.subscribe()).collect();
+    for head in &mut heads {
+        tokio::select! {
+            _ = head.wait_for(|h| h.synced) => {}
+            () = cancel.cancelled() => return Ok(()),
+        }
+    }
+    health.set_serving::<KubeFanoutServer<FanoutService>>().await;
+    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    info!(service = SERVICE_NAME, "all resource types synced; serving");
+    Ok(())
+}

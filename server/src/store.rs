@@ -1,0 +1,399 @@
+//! The per-type cache: objects in a `DashMap`, an ordered ring of recent
+//! events, and the resourceVersion they add up to.
+//!
+//! The reflector is the only writer. Every write takes the ring's mutex,
+//! updates the map, appends the event and bumps the sequence number, all
+//! before releasing it. Readers take that mutex only to read positions and
+//! copy `Arc`s out of the ring, never while walking the map, so a reader
+//! never holds up the writer for longer than a few pointer copies.
+//!
+//! A consistent snapshot over the concurrent map follows from that order:
+//! note the ring position P0, walk the map, note P1 and copy the ring's
+//! events in (P0, P1]. Every event up to P0 was fully applied before the
+//! walk began; any change the walk saw was appended by P1 (the writer
+//! appends before it lets go of the mutex the reader needs to read P1); so
+//! replaying (P0, P1] over the copy yields exactly the state at P1.
+//!
+//! The ring doubles as the fanout: each subscriber keeps a cursor (a
+//! sequence number) into it, like a `tokio::sync::broadcast` receiver, and
+//! resuming from a resourceVersion is finding the cursor for it. A cursor
+//! that falls off the ring's tail has missed events: the subscriber is told
+//! it lagged and must resume, so a slow subscriber costs no memory beyond
+//! the shared ring.
+
+use std::{collections::HashMap, collections::VecDeque, sync::Arc};
+
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::{
+    object::{Object, ResourceVersion},
+    resource::ResourceType,
+};
+
+/// What an event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The object was created (or first seen).
+    Added,
+    /// The object changed.
+    Modified,
+    /// The object was deleted.
+    Deleted,
+    /// No object changed; the resourceVersion moved on.
+    Bookmark,
+}
+
+/// One entry of the ring.
+#[derive(Debug)]
+pub struct Event {
+    /// Position in the ring; consecutive, starting at 1.
+    pub seq: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The resourceVersion the store is at once this event is applied.
+    pub resource_version: ResourceVersion,
+    /// The object after the event; for `Deleted`, its last state. `None`
+    /// for bookmarks.
+    pub object: Option<Arc<Object>>,
+    /// The object before the event, if the store held it. Filters compare
+    /// it with `object` to turn a change of match into ADDED or DELETED.
+    pub previous: Option<Arc<Object>>,
+}
+
+/// Where the store is, as subscribers wait on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Head {
+    /// Sequence number of the newest event (0 before any).
+    pub seq: u64,
+    /// The resourceVersion of the cached state.
+    pub resource_version: ResourceVersion,
+    /// Whether the first list has been applied.
+    pub synced: bool,
+}
+
+/// A consistent copy of the store.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The resourceVersion the copy is exact at.
+    pub resource_version: ResourceVersion,
+    /// The ring position of that state: events after it follow the snapshot.
+    pub seq: u64,
+    /// The objects, ordered by key.
+    pub objects: Vec<Arc<Object>>,
+}
+
+/// Why a reader cannot start at or continue from a position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    /// The ring no longer holds the events after this point.
+    #[error(
+        "resourceVersion {asked} is too old: the oldest resumable resourceVersion is {oldest}"
+    )]
+    Expired {
+        /// The point asked for.
+        asked: ResourceVersion,
+        /// The oldest point the ring can resume from.
+        oldest: ResourceVersion,
+    },
+    /// The store has not reached this resourceVersion.
+    #[error("too large resource version: {asked}, current resource version is {current}")]
+    TooLarge {
+        /// The point asked for.
+        asked: ResourceVersion,
+        /// Where the store is.
+        current: ResourceVersion,
+    },
+    /// The store has not finished its first list.
+    #[error("the cache has not synced yet")]
+    NotSynced,
+}
+
+/// Counters and positions for ListResources, health and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStatus {
+    /// Number of cached objects.
+    pub objects: u64,
+    /// Where the store is.
+    pub head: Head,
+    /// The oldest resourceVersion a watch can resume from, once synced.
+    pub oldest_resumable: Option<ResourceVersion>,
+    /// How many times a relist replaced the contents.
+    pub relists: u64,
+}
+
+struct Ring {
+    events: VecDeque<Arc<Event>>,
+    seq: u64,
+    resource_version: ResourceVersion,
+    /// The resourceVersion just before the oldest retained event: a resume
+    /// from here or later finds every event it needs. `None` until synced.
+    floor: Option<ResourceVersion>,
+    relists: u64,
+}
+
+impl Ring {
+    fn oldest_seq(&self) -> u64 {
+        self.events.front().map_or(self.seq + 1, |e| e.seq)
+    }
+}
+
+/// The cache of one resource type.
+pub struct Store {
+    resource: ResourceType,
+    objects: DashMap<String, Arc<Object>>,
+    ring: Mutex<Ring>,
+    head: watch::Sender<Head>,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("resource", &self.resource)
+            .field("head", &*self.head.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// An empty, unsynced store that keeps the last `capacity` events for
+    /// resume and fanout.
+    pub fn new(resource: ResourceType, capacity: usize) -> Self {
+        Store {
+            resource,
+            objects: DashMap::new(),
+            ring: Mutex::new(Ring {
+                events: VecDeque::with_capacity(capacity.min(4096)),
+                seq: 0,
+                resource_version: ResourceVersion::default(),
+                floor: None,
+                relists: 0,
+            }),
+            head: watch::Sender::new(Head::default()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The resource type this store caches.
+    pub fn resource(&self) -> &ResourceType {
+        &self.resource
+    }
+
+    /// Applies one watch event from the API server.
+    pub fn apply(&self, kind: EventKind, object: Object) {
+        let object = Arc::new(object);
+        let mut ring = self.ring.lock();
+        let previous = match kind {
+            EventKind::Deleted => self.objects.remove(&object.key).map(|(_, o)| o),
+            _ => self.objects.insert(object.key.clone(), object.clone()),
+        };
+        let rv = object.resource_version.max(ring.resource_version);
+        self.push(&mut ring, kind, rv, Some(object), previous);
+    }
+
+    /// Moves the store to `rv` without changing an object.
+    pub fn bookmark(&self, rv: ResourceVersion) {
+        let mut ring = self.ring.lock();
+        if rv > ring.resource_version {
+            self.push(&mut ring, EventKind::Bookmark, rv, None, None);
+        }
+    }
+
+    /// Replaces the contents with the result of a LIST at `rv`.
+    ///
+    /// The first replace fills the empty store and marks it synced. Later
+    /// ones publish the difference between the old and new contents as
+    /// ordinary events at `rv`, so subscribers converge without
+    /// re-snapshotting.
+    pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
+        let mut ring = self.ring.lock();
+        let rv = rv.max(ring.resource_version);
+        let mut fresh: HashMap<String, Arc<Object>> = objects
+            .into_iter()
+            .map(|o| (o.key.clone(), Arc::new(o)))
+            .collect();
+        let first = ring.floor.is_none();
+        let mut changes = Vec::new();
+        self.objects.retain(|key, old| match fresh.remove(key) {
+            Some(new) => {
+                if new.json != old.json {
+                    changes.push((EventKind::Modified, new.clone(), Some(old.clone())));
+                    *old = new;
+                }
+                true
+            }
+            None => {
+                changes.push((EventKind::Deleted, old.clone(), Some(old.clone())));
+                false
+            }
+        });
+        for (key, new) in fresh {
+            self.objects.insert(key, new.clone());
+            changes.push((EventKind::Added, new, None));
+        }
+        if first {
+            ring.floor = Some(rv);
+            ring.resource_version = rv;
+            self.publish(&ring, true);
+            return;
+        }
+        ring.relists += 1;
+        for (kind, object, previous) in changes {
+            self.push(&mut ring, kind, rv, Some(object), previous);
+        }
+        if ring.resource_version < rv {
+            self.push(&mut ring, EventKind::Bookmark, rv, None, None);
+        }
+    }
+
+    fn push(
+        &self,
+        ring: &mut Ring,
+        kind: EventKind,
+        rv: ResourceVersion,
+        object: Option<Arc<Object>>,
+        previous: Option<Arc<Object>>,
+    ) {
+        ring.seq += 1;
+        ring.resource_version = rv;
+        ring.events.push_back(Arc::new(Event {
+            seq: ring.seq,
+            kind,
+            resource_version: rv,
+            object,
+            previous,
+        }));
+        while ring.events.len() > self.capacity {
+            if let Some(evicted) = ring.events.pop_front() {
+                ring.floor = ring.floor.map(|f| f.max(evicted.resource_version));
+            }
+        }
+        let synced = self.head.borrow().synced;
+        self.publish(ring, synced);
+    }
+
+    fn publish(&self, ring: &Ring, synced: bool) {
+        self.head.send_replace(Head {
+            seq: ring.seq,
+            resource_version: ring.resource_version,
+            synced,
+        });
+    }
+
+    /// A receiver that sees every move of the head.
+    pub fn subscribe(&self) -> watch::Receiver<Head> {
+        self.head.subscribe()
+    }
+
+    /// Where the store is now.
+    pub fn head(&self) -> Head {
+        *self.head.borrow()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// One object by key.
+    pub fn get(&self, key: &str) -> Option<Arc<Object>> {
+        self.objects.get(key).map(|o| o.clone())
+    }
+
+    /// A consistent copy of the whole store (see the module docs).
+    pub fn snapshot(&self) -> Snapshot {
+        loop {
+            let p0 = self.ring.lock().seq;
+            let mut copy: HashMap<String, Arc<Object>> = self
+                .objects
+                .iter()
+                .map(|e| (e.key().clone(), e.value().clone()))
+                .collect();
+            let (p1, rv, replay) = {
+                let ring = self.ring.lock();
+                if ring.oldest_seq() > p0 + 1 {
+                    // The events between P0 and P1 left the ring during the
+                    // walk; walk again rather than return a torn copy.
+                    continue;
+                }
+                let replay: Vec<Arc<Event>> = ring
+                    .events
+                    .iter()
+                    .skip_while(|e| e.seq <= p0)
+                    .cloned()
+                    .collect();
+                (ring.seq, ring.resource_version, replay)
+            };
+            for event in replay {
+                if let Some(object) = &event.object {
+                    match event.kind {
+                        EventKind::Deleted => copy.remove(&object.key),
+                        _ => copy.insert(object.key.clone(), object.clone()),
+                    };
+                }
+            }
+            let mut objects: Vec<Arc<Object>> = copy.into_values().collect();
+            objects.sort_by(|a, b| a.key.cmp(&b.key));
+            return Snapshot {
+                resource_version: rv,
+                seq: p1,
+                objects,
+            };
+        }
+    }
+
+    /// Up to `max` events after ring position `cursor`, or `Err(oldest)`
+    /// with the oldest resumable resourceVersion when the ring has already
+    /// dropped some of them.
+    pub fn read_after(&self, cursor: u64, max: usize) -> Result<Vec<Arc<Event>>, ResourceVersion> {
+        let ring = self.ring.lock();
+        let oldest = ring.oldest_seq();
+        if cursor + 1 < oldest {
+            return Err(ring.floor.unwrap_or_default());
+        }
+        let skip = (cursor + 1 - oldest) as usize;
+        Ok(ring.events.iter().skip(skip).take(max).cloned().collect())
+    }
+
+    /// The ring position from which a watch resuming after `rv` continues.
+    pub fn cursor_after(&self, rv: ResourceVersion) -> Result<u64, ReadError> {
+        let ring = self.ring.lock();
+        let floor = ring.floor.ok_or(ReadError::NotSynced)?;
+        if rv < floor {
+            return Err(ReadError::Expired {
+                asked: rv,
+                oldest: floor,
+            });
+        }
+        if rv > ring.resource_version {
+            return Err(ReadError::TooLarge {
+                asked: rv,
+                current: ring.resource_version,
+            });
+        }
+        let pending = ring
+            .events
+            .iter()
+            .position(|e| e.resource_version > rv)
+            .unwrap_or(ring.events.len());
+        Ok(ring.oldest_seq() + pending as u64 - 1)
+    }
+
+    /// Counters and positions.
+    pub fn status(&self) -> StoreStatus {
+        let ring = self.ring.lock();
+        StoreStatus {
+            objects: self.objects.len() as u64,
+            head: *self.head.borrow(),
+            oldest_resumable: ring.floor,
+            relists: ring.relists,
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! One subscriber's stream: an optional consistent snapshot, then the
+//! store's events after it, filtered, in order. No network here: the gRPC
+//! layer only encodes what this yields.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::Stream;
+use tokio::sync::watch;
+
+use crate::{
+    filter::Filter,
+    object::{Object, ObjectError, ResourceVersion},
+    store::{Event, EventKind, Head, ReadError, Store},
+};
+
+/// The annotation on the bookmark that ends the initial events, as the API
+/// server's watch-list sets it.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// How many ring entries a subscriber copies out per lock.
+const BATCH: usize = 256;
+
+/// Where a watch starts, from the request's resourceVersion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// `""`: the freshest state.
+    Latest,
+    /// `"0"`: any state; kube-fanout always has its freshest at hand.
+    Any,
+    /// A resourceVersion: changes after it (or a snapshot at least as new).
+    At(ResourceVersion),
+}
+
+impl Start {
+    /// Parses a request's resourceVersion.
+    pub fn parse(rv: &str) -> Result<Self, ObjectError> {
+        Ok(match rv {
+            "" => Start::Latest,
+            "0" => Start::Any,
+            rv => Start::At(rv.parse()?),
+        })
+    }
+}
+
+/// What a subscriber asked for.
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    /// Which objects it sees.
+    pub filter: Filter,
+    /// Where it starts.
+    pub start: Start,
+    /// Snapshot first, ended by the initial-events-end bookmark.
+    pub send_initial_events: bool,
+    /// Forward bookmarks.
+    pub allow_bookmarks: bool,
+}
+
+/// Server-side bounds on a watch.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long a request for a resourceVersion newer than the store's may
+    /// wait for the store to catch up.
+    pub freshness_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            freshness_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// One event as a subscriber receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// What happened, as this subscriber's filter sees it.
+    pub kind: EventKind,
+    /// Where the stream is once this event is applied.
+    pub resource_version: ResourceVersion,
+    /// The object's JSON (a minimal object for bookmarks).
+    pub object: Arc<str>,
+}
+
+/// Why a watch cannot start or continue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// The starting point is not available.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The subscriber read so slowly that the ring dropped events it had
+    /// not read yet.
+    #[error(
+        "subscriber fell behind the event history; resume from resourceVersion {last_delivered}"
+    )]
+    Lagged {
+        /// The resourceVersion of the last event it was sent.
+        last_delivered: ResourceVersion,
+    },
+}
+
+/// The stream a subscriber receives (see the module docs).
+pub fn watch(
+    store: Arc<Store>,
+    spec: WatchSpec,
+    limits: Limits,
+) -> impl Stream<Item = Result<Delivery, WatchError>> {
+    async_stream::try_stream! {
+        let mut head = store.subscribe();
+        wait_for(&mut head, |h| h.synced, None)
+            .await
+            .map_err(|_| ReadError::NotSynced)?;
+        let (mut cursor, mut last) = match spec.start {
+            Start::At(rv) if !spec.send_initial_events => {
+                wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
+                    .await
+                    .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
+                (store.cursor_after(rv)?, rv)
+            }
+            start => {
+                if let Start::At(rv) = start {
+                    wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
+                        .await
+                        .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
+                }
+                let snapshot = store.snapshot();
+                for object in snapshot.objects.iter().filter(|o| spec.filter.matches(o)) {
+                    yield Delivery {
+                        kind: EventKind::Added,
+                        resource_version: snapshot.resource_version,
+                        object: object.json.clone(),
+                    };
+                }
+                if spec.send_initial_events {
+                    yield bookmark(&store, snapshot.resource_version, true);
+                }
+                (snapshot.seq, snapshot.resource_version)
+            }
+        };
+        loop {
+            head.borrow_and_update();
+            let events = store
+                .read_after(cursor, BATCH)
+                .map_err(|_| WatchError::Lagged { last_delivered: last })?;
+            if events.is_empty() {
+                if head.changed().await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            for event in events {
+                cursor = event.seq;
+                if let Some(delivery) = deliver(&store, &spec, &event) {
+                    last = delivery.resource_version;
+                    yield delivery;
+                }
+            }
+        }
+    }
+}
+
+/// Waits until `ready(head)`, for at most `timeout`; on time-out returns
+/// the resourceVersion the store had reached.
+async fn wait_for(
+    head: &mut watch::Receiver<Head>,
+    ready: impl Fn(&Head) -> bool,
+    timeout: Option<Duration>,
+) -> Result<(), ResourceVersion> {
+    let reached = {
+        let wait = head.wait_for(|h| ready(h));
+        match timeout {
+            Some(t) => matches!(tokio::time::timeout(t, wait).await, Ok(Ok(_))),
+            None => wait.await.is_ok(),
+        }
+    };
+    if reached {
+        Ok(())
+    } else {
+        Err(head.borrow().resource_version)
+    }
+}
+
+/// What `event` becomes for this subscriber: filter transitions turn into
+/// ADDED or DELETED, events it cannot see into nothing.
+fn deliver(store: &Store, spec: &WatchSpec, event: &Event) -> Option<Delivery> {
+    let rv = event.resource_version;
+    let Some(object) = &event.object else {
+        return spec.allow_bookmarks.then(|| bookmark(store, rv, false));
+    };
+    let before = event.previous.as_deref().map(|p| spec.filter.matches(p));
+    let (kind, shown): (EventKind, &Object) = if event.kind == EventKind::Deleted {
+        // The subscriber holds the object iff its last state before the
+        // deletion matched (or, unknown to the store, its final state does).
+        if !before.unwrap_or_else(|| spec.filter.matches(object)) {
+            return None;
+        }
+        (EventKind::Deleted, object)
+    } else {
+        match (before.unwrap_or(false), spec.filter.matches(object)) {
+            (false, false) => return None,
+            (false, true) => (EventKind::Added, object),
+            (true, false) => (EventKind::Deleted, event.previous.as_deref()?),
+            (true, true) => (event.kind, object),
+        }
+    };
+    Some(Delivery {
+        kind,
+        resource_version: rv,
+        object: shown.json.clone(),
+    })
+}
+
+/// A bookmark object of the store's kind at `rv`, as the API server sends
+/// one: apiVersion, kind and metadata.resourceVersion only.
+fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Delivery {
+    let resource = store.resource();
+    let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
+    if initial_events_end {
+        metadata["annotations"] = serde_json::json!({ INITIAL_EVENTS_END: "true" });
+    }
+    let object = serde_json::json!({
+        "apiVersion": resource.gvr.api_version(),
+        "kind": resource.kind,
+        "metadata": metadata,
+    });
+    Delivery {
+        kind: EventKind::Bookmark,
+        resource_version: rv,
+        object: object.to_string().into(),
+    }
+}
