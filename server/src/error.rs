@@ -100,6 +100,12 @@ impl From<RequestError> for Status {
             RequestError::Watch(WatchError::Read(ReadError::NotSynced)) => {
                 Status::unavailable(message)
             }
+            RequestError::Watch(WatchError::ShuttingDown { last_delivered }) => with_reason(
+                Code::Unavailable,
+                message,
+                "ShuttingDown",
+                Some(last_delivered.to_string()),
+            ),
             RequestError::Watch(WatchError::Lagged { last_delivered }) => with_reason(
                 Code::ResourceExhausted,
                 message,

@@ -127,7 +127,7 @@ pub async fn start(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let service = FanoutService::new(cache.clone(), options.limits);
+    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone());
     let local_addr = listener.local_addr()?;
     let router = tonic::transport::Server::builder()
         .add_service(health_service)

@@ -8,6 +8,7 @@ use kube_fanout_proto::v1::{
     self as pb, kube_fanout_server::KubeFanout, GetRequest, GetResponse, ListRequest,
     ListResourcesRequest, ListResourcesResponse, ListResponse, WatchEvent, WatchRequest,
 };
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, info_span};
 
@@ -26,12 +27,18 @@ use crate::{
 pub struct FanoutService {
     cache: Arc<Cache>,
     limits: Limits,
+    shutdown: CancellationToken,
 }
 
 impl FanoutService {
-    /// Serves `cache` with the given watch limits.
-    pub fn new(cache: Arc<Cache>, limits: Limits) -> Self {
-        FanoutService { cache, limits }
+    /// Serves `cache` with the given watch limits; open watches end when
+    /// `shutdown` fires.
+    pub fn new(cache: Arc<Cache>, limits: Limits, shutdown: CancellationToken) -> Self {
+        FanoutService {
+            cache,
+            limits,
+            shutdown,
+        }
     }
 
     fn served(&self, resource: Option<pb::ResourceRef>) -> Result<Arc<Served>, RequestError> {
@@ -67,7 +74,7 @@ impl FanoutService {
         };
         let guard = served.subscriber();
         let span = info_span!("subscriber", resource = %served.resource().gvr);
-        let events = subscription::watch(served.store.clone(), spec, self.limits);
+        let events = subscription::watch(served.store.clone(), spec, self.limits, self.shutdown.clone());
         Ok(async_stream::stream! {
             // Held for the stream's life: the subscriber count drops with it.
             let _counted = guard;

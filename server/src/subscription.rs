@@ -4,8 +4,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     filter::Filter,
@@ -88,6 +89,12 @@ pub enum WatchError {
     /// The starting point is not available.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// The server is shutting down.
+    #[error("kube-fanout is shutting down; resume from resourceVersion {last_delivered}")]
+    ShuttingDown {
+        /// The resourceVersion of the last event it was sent.
+        last_delivered: ResourceVersion,
+    },
     /// The subscriber read so slowly that the ring dropped events it had
     /// not read yet.
     #[error(
@@ -99,8 +106,40 @@ pub enum WatchError {
     },
 }
 
-/// The stream a subscriber receives (see the module docs).
+/// The stream a subscriber receives (see the module docs). It ends with
+/// [`WatchError::ShuttingDown`] once `stop` fires, so that a server's
+/// graceful shutdown is not held up by watches that never end.
 pub fn watch(
+    store: Arc<Store>,
+    spec: WatchSpec,
+    limits: Limits,
+    stop: CancellationToken,
+) -> impl Stream<Item = Result<Delivery, WatchError>> {
+    let watch = watch_until_error(store, spec, limits);
+    async_stream::stream! {
+        let mut watch = std::pin::pin!(watch);
+        let mut last_delivered = ResourceVersion::default();
+        loop {
+            let next = tokio::select! {
+                next = watch.next() => next,
+                () = stop.cancelled() => Some(Err(WatchError::ShuttingDown { last_delivered })),
+            };
+            match next {
+                Some(Ok(delivery)) => {
+                    last_delivered = delivery.resource_version;
+                    yield Ok(delivery);
+                }
+                Some(Err(err)) => {
+                    yield Err(err);
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+fn watch_until_error(
     store: Arc<Store>,
     spec: WatchSpec,
     limits: Limits,

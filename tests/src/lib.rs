@@ -1,1 +1,18 @@
-//! placeholder
+//! Test support for kube-fanout's end-to-end tests: a real kube-apiserver
+//! and etcd on loopback ([`controlplane`]), and kube-fanout itself started
+//! in process against them ([`fanout`]).
+
+pub mod controlplane;
+pub mod fanout;
+pub mod support;
+
+/// Sends the tests' and kube-fanout's logs to the test output (shown for
+/// failing tests); `RUST_LOG` picks the level, `info` by default.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}

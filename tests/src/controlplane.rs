@@ -1,0 +1,262 @@
+//! A real kube-apiserver and etcd on 127.0.0.1, like controller-runtime's
+//! envtest: built from the Go module proxy by `tests/controlplane/build.sh`
+//! (cached under `target/` by go.sum), started on free ports in a temporary
+//! directory, and stopped when dropped, also when a test panics.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::OnceLock,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+/// The token of the static admin user (group system:masters).
+pub const ADMIN_TOKEN: &str = "kube-fanout-test-admin-token";
+
+/// How long the control plane may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Options for [`ControlPlane::start_with`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--feature-gates` for kube-apiserver, e.g. `WatchList=false`.
+    pub feature_gates: Option<String>,
+}
+
+/// A running etcd + kube-apiserver pair.
+pub struct ControlPlane {
+    dir: TempDir,
+    etcd: Child,
+    apiserver: Child,
+    /// `http://127.0.0.1:PORT` of etcd.
+    pub etcd_endpoint: String,
+    /// `https://127.0.0.1:PORT` of kube-apiserver.
+    pub server_url: String,
+    /// A kubeconfig for the admin user.
+    pub kubeconfig: PathBuf,
+    /// A client for the admin user.
+    pub client: kube::Client,
+}
+
+/// The directory holding `kube-apiserver` and `etcd`, built on first use.
+pub fn binaries() -> Result<&'static Path> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed ({})", script.display(), out.status);
+    }
+    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    Ok(DIR.get_or_init(|| dir))
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver with default options.
+    pub async fn start() -> Result<Self> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Starts etcd and kube-apiserver and waits for `/readyz`.
+    pub async fn start_with(options: Options) -> Result<Self> {
+        crate::init_logging();
+        let bin = binaries()?;
+        let dir = tempfile::Builder::new().prefix("kube-fanout-cp-").tempdir()?;
+        let d = dir.path();
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_endpoint = format!("http://127.0.0.1:{etcd_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let etcd = spawn(
+            bin.join("etcd"),
+            &[
+                "--name=test".into(),
+                format!("--data-dir={}", d.join("etcd").display()),
+                format!("--listen-client-urls={etcd_endpoint}"),
+                format!("--advertise-client-urls={etcd_endpoint}"),
+                format!("--listen-peer-urls={peer}"),
+                format!("--initial-advertise-peer-urls={peer}"),
+                format!("--initial-cluster=test={peer}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=warn".into(),
+            ],
+            &d.join("etcd.log"),
+        )?;
+
+        let ca_pem = write_credentials(d)?;
+        let server_url = format!("https://127.0.0.1:{api_port}");
+        let mut args = vec![
+            format!("--etcd-servers={etcd_endpoint}"),
+            format!("--cert-dir={}", d.join("certs").display()),
+            format!("--tls-cert-file={}", d.join("serving.crt").display()),
+            format!("--tls-private-key-file={}", d.join("serving.key").display()),
+            format!("--secure-port={api_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer={server_url}/"),
+            format!("--service-account-key-file={}", d.join("sa.pub").display()),
+            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            "--v=1".into(),
+        ];
+        if let Some(gates) = &options.feature_gates {
+            args.push(format!("--feature-gates={gates}"));
+        }
+        let apiserver = spawn(bin.join("kube-apiserver"), &args, &d.join("kube-apiserver.log"))?;
+
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&server_url, &ca_pem))?;
+        let client = client_for(&kubeconfig).await?;
+        let mut cp = ControlPlane {
+            dir,
+            etcd,
+            apiserver,
+            etcd_endpoint,
+            server_url,
+            kubeconfig,
+            client,
+        };
+        cp.wait_ready().await?;
+        Ok(cp)
+    }
+
+    /// The temporary directory holding data, credentials and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let exited = [
+                ("etcd", self.etcd.try_wait()?),
+                ("kube-apiserver", self.apiserver.try_wait()?),
+            ];
+            if let Some((name, Some(status))) = exited.iter().find(|(_, s)| s.is_some()) {
+                bail!("{name} exited with {status}:\n{}", self.log_tail(name));
+            }
+            let readyz = http::Request::get("/readyz").body(Vec::new())?;
+            if self.client.request_text(readyz).await.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver not ready after {READY_TIMEOUT:?}:\n{}",
+                    self.log_tail("kube-apiserver")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The last lines of a component's log, for failure messages.
+    pub fn log_tail(&self, name: &str) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for child in [&mut self.apiserver, &mut self.etcd] {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// Starts `program`, killed when the handle drops (a panicking test
+/// included) and, through a watcher beside it, when the test process dies
+/// without dropping it (killed, or aborted by a timeout).
+fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
+    let log = std::fs::File::create(log)?;
+    Command::new("bash")
+        .arg("-c")
+        .arg(r#"parent=$1; shift; ( while kill -0 "$parent" 2>/dev/null; do sleep 1; done; kill -9 $$ ) & exec "$@""#)
+        .arg("controlplane")
+        .arg(std::process::id().to_string())
+        .arg(&program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))
+}
+
+/// Writes the serving certificate (signed by a fresh CA), the
+/// service-account key pair and the static token file; returns the CA.
+fn write_credentials(d: &Path) -> Result<String> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let serving_key = KeyPair::generate()?;
+    let serving = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
+        .signed_by(&serving_key, &ca)?;
+    std::fs::write(d.join("serving.crt"), serving.pem())?;
+    std::fs::write(d.join("serving.key"), serving_key.serialize_pem())?;
+    let sa = KeyPair::generate()?;
+    std::fs::write(d.join("sa.key"), sa.serialize_pem())?;
+    std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
+    std::fs::write(
+        d.join("tokens.csv"),
+        format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
+    )?;
+    Ok(ca.pem())
+}
+
+fn kubeconfig_yaml(server: &str, ca_pem: &str) -> String {
+    use base64::Engine;
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: admin
+  user:
+    token: {ADMIN_TOKEN}
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: admin
+current-context: test
+",
+        ca = base64::engine::general_purpose::STANDARD.encode(ca_pem)
+    )
+}
+
+/// A kube client from a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}

@@ -1,0 +1,87 @@
+//! kube-fanout started in process against a [`ControlPlane`], with a
+//! subscriber client, stopped when dropped.
+//!
+//! [`ControlPlane`]: crate::controlplane::ControlPlane
+
+use std::{net::SocketAddr, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use kube_fanout::{
+    reflector::ReflectorConfig,
+    server::{self, Running, ServerOptions},
+    subscription::Limits,
+};
+use kube_fanout_client::Client;
+use tokio_util::sync::CancellationToken;
+
+/// A running kube-fanout.
+pub struct Fanout {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    running: Option<Running>,
+    cancel: CancellationToken,
+}
+
+impl Fanout {
+    /// Starts kube-fanout serving `resources` with default options.
+    pub async fn start(client: kube::Client, resources: &[&str]) -> Result<Self> {
+        Self::start_with(client, resources, |_| {}).await
+    }
+
+    /// Starts kube-fanout after `adjust` has changed the default options.
+    pub async fn start_with(
+        client: kube::Client,
+        resources: &[&str],
+        adjust: impl FnOnce(&mut ServerOptions),
+    ) -> Result<Self> {
+        let mut options = ServerOptions {
+            resources: resources
+                .iter()
+                .map(|r| r.parse())
+                .collect::<Result<_, _>>()?,
+            reflector: ReflectorConfig::default(),
+            history_events: 10_000,
+            limits: Limits::default(),
+        };
+        adjust(&mut options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let cancel = CancellationToken::new();
+        let running = server::start(client, listener, options, cancel.clone()).await?;
+        Ok(Fanout {
+            addr: running.local_addr,
+            running: Some(running),
+            cancel,
+        })
+    }
+
+    /// A subscriber connected to this server.
+    pub async fn client(&self) -> Result<Client> {
+        Ok(Client::connect(&format!("http://{}", self.addr)).await?)
+    }
+
+    /// Waits until every reflector has synced.
+    pub async fn wait_synced(&self) -> Result<()> {
+        let cache = &self.running.as_ref().context("stopped")?.cache;
+        for _ in 0..600 {
+            if cache.all_synced() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("kube-fanout did not sync within 30s")
+    }
+
+    /// Stops the server and waits until every task has ended.
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}

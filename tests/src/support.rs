@@ -1,0 +1,130 @@
+//! Small helpers the end-to-end tests share: reading a watch stream with a
+//! deadline, decoding objects, and asking the API server for the truth.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kube_fanout_client::proto::{EventType, ResourceRef, WatchEvent, WatchRequest};
+use tonic::Streaming;
+
+/// How long a test waits for any single event.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The annotation ending the initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// `v1/configmaps` as a gRPC resource reference.
+pub fn configmaps() -> ResourceRef {
+    kube_fanout_client::resource("v1/configmaps").expect("a valid resource")
+}
+
+/// A watch-list request for configmaps in `namespace` ("" for all).
+pub fn watch_list(namespace: &str) -> WatchRequest {
+    WatchRequest {
+        resource: Some(configmaps()),
+        namespace: namespace.to_owned(),
+        send_initial_events: true,
+        allow_bookmarks: true,
+        ..WatchRequest::default()
+    }
+}
+
+/// The next event, failing the test if none comes in time.
+pub async fn next_event(stream: &mut Streaming<WatchEvent>) -> Result<WatchEvent> {
+    match tokio::time::timeout(EVENT_TIMEOUT, stream.message()).await {
+        Ok(Ok(Some(event))) => Ok(event),
+        Ok(Ok(None)) => bail!("the watch ended"),
+        Ok(Err(status)) => bail!("the watch failed: {status:?}"),
+        Err(_) => bail!("no event within {EVENT_TIMEOUT:?}"),
+    }
+}
+
+/// The next event that is not a bookmark (unless it ends the initial events).
+pub async fn next_change(stream: &mut Streaming<WatchEvent>) -> Result<WatchEvent> {
+    loop {
+        let event = next_event(stream).await?;
+        if event.r#type() != EventType::Bookmark {
+            return Ok(event);
+        }
+    }
+}
+
+/// Whether a bookmark's object carries the initial-events-end annotation.
+pub fn ends_initial_events(event: &WatchEvent) -> bool {
+    event.r#type() == EventType::Bookmark
+        && serde_json::from_str::<serde_json::Value>(&event.object)
+            .ok()
+            .and_then(|o| o["metadata"]["annotations"][INITIAL_EVENTS_END].as_str().map(|v| v == "true"))
+            .unwrap_or(false)
+}
+
+/// Reads a watch-list snapshot: the ADDED objects by name, and the RV of
+/// the bookmark that ends them.
+pub async fn read_snapshot(stream: &mut Streaming<WatchEvent>) -> Result<(BTreeMap<String, ConfigMap>, String)> {
+    let mut objects = BTreeMap::new();
+    loop {
+        let event = next_event(stream).await?;
+        if ends_initial_events(&event) {
+            return Ok((objects, event.resource_version));
+        }
+        if event.r#type() != EventType::Added {
+            bail!("expected ADDED during the snapshot, got {:?}", event.r#type());
+        }
+        let cm = decode(&event)?;
+        let name = cm.metadata.name.clone().context("unnamed object")?;
+        if objects.insert(name.clone(), cm).is_some() {
+            bail!("{name} was sent twice in the snapshot");
+        }
+    }
+}
+
+/// Decodes an event's ConfigMap.
+pub fn decode(event: &WatchEvent) -> Result<ConfigMap> {
+    serde_json::from_str(&event.object).with_context(|| format!("decoding {}", event.object))
+}
+
+/// The API server's own LIST of configmaps in `namespace` at exactly `rv`,
+/// by name.
+pub async fn list_at(client: &kube::Client, namespace: &str, rv: &str) -> Result<BTreeMap<String, ConfigMap>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let list = api.list(&ListParams::default().at(rv).matching(kube::api::VersionMatch::Exact)).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), cm))
+        .collect())
+}
+
+/// Creates a namespace.
+pub async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.name = Some(name.to_owned());
+    api.create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+/// Creates a configmap with one data entry and returns it as stored.
+pub async fn create_configmap(client: &kube::Client, namespace: &str, name: &str, value: &str) -> Result<ConfigMap> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_owned());
+    cm.data = Some([("value".to_owned(), value.to_owned())].into());
+    Ok(api.create(&PostParams::default(), &cm).await?)
+}
+
+/// The data a ConfigMap carries, for comparing what the subscriber saw with
+/// what the API server holds.
+pub fn contents(objects: &BTreeMap<String, ConfigMap>) -> BTreeMap<String, (String, Option<BTreeMap<String, String>>)> {
+    objects
+        .iter()
+        .map(|(name, cm)| {
+            (
+                name.clone(),
+                (cm.metadata.resource_version.clone().unwrap_or_default(), cm.data.clone()),
+            )
+        })
+        .collect()
+}
