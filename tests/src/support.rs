@@ -128,3 +128,45 @@ pub fn contents(objects: &BTreeMap<String, ConfigMap>) -> BTreeMap<String, (Stri
         })
         .collect()
 }
+
+/// Path to a real tool the tests drive, installed by `tests/tools/install.sh`
+/// (`go install` at a pinned version, cached under `target/tools`).
+pub fn tool(name: &str) -> Result<std::path::PathBuf> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/install.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(name)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        bail!("installing {name} failed ({})", out.status);
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().into())
+}
+
+/// The output of a finished command.
+#[derive(Debug)]
+pub struct Output {
+    /// Whether it exited 0.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+/// Runs `program` with `args` to completion.
+pub async fn run(program: &std::path::Path, args: &[&str]) -> Result<Output> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("running {}", program.display()))?;
+    Ok(Output {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}

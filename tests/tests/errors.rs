@@ -1,0 +1,164 @@
+//! Bad input gets a clear gRPC status and harms nobody else: the server
+//! stays up and an open subscriber keeps receiving events.
+
+use std::time::Duration;
+
+use kube_fanout::subscription::Limits;
+use kube_fanout_client::proto::{GetRequest, ListRequest, ResourceRef, WatchRequest};
+use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
+use tonic::Code;
+use tonic_types::StatusExt;
+
+/// Opens a watch and returns the status its first message fails with.
+async fn refused(fanout: &Fanout, request: WatchRequest) -> anyhow::Result<tonic::Status> {
+    let mut client = fanout.client().await?;
+    let outcome = match client.grpc().watch(request).await {
+        Err(status) => Err(status),
+        Ok(response) => response.into_inner().message().await.map(|_| ()),
+    };
+    match outcome {
+        Err(status) => Ok(status),
+        Ok(()) => anyhow::bail!("the watch was accepted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow::Result<()> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "errors").await?;
+    let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
+        o.limits = Limits {
+            freshness_timeout: Duration::from_millis(500),
+        }
+    })
+    .await?;
+    let mut bystander = fanout.client().await?.watch(watch_list("errors")).await?;
+    let (_, snapshot_rv) = read_snapshot(&mut bystander).await?;
+
+    let cases: Vec<(WatchRequest, Code, &str)> = vec![
+        (WatchRequest::default(), Code::InvalidArgument, "names no resource"),
+        (
+            WatchRequest {
+                resource: Some(kube_fanout_client::resource("example.com/v1/widgets")?),
+                ..WatchRequest::default()
+            },
+            Code::NotFound,
+            "example.com/v1/widgets is not served here; served: v1/configmaps",
+        ),
+        (
+            WatchRequest {
+                resource_version: "abc".into(),
+                ..watch_list("")
+            },
+            Code::InvalidArgument,
+            "resourceVersion \"abc\" is not an unsigned integer",
+        ),
+        (
+            WatchRequest {
+                resource_version: "-5".into(),
+                ..watch_list("")
+            },
+            Code::InvalidArgument,
+            "\"-5\"",
+        ),
+        (
+            WatchRequest {
+                label_selector: "app in (a".into(),
+                ..watch_list("")
+            },
+            Code::InvalidArgument,
+            "invalid label selector \"app in (a\": unbalanced '('",
+        ),
+        (
+            WatchRequest {
+                field_selector: "spec.nodeName=n1".into(),
+                ..watch_list("")
+            },
+            Code::InvalidArgument,
+            "field \"spec.nodeName\" is not supported",
+        ),
+        (
+            WatchRequest {
+                resource_version: "1".into(),
+                send_initial_events: false,
+                ..watch_list("")
+            },
+            Code::OutOfRange,
+            "resourceVersion 1 is too old",
+        ),
+        (
+            WatchRequest {
+                resource_version: (snapshot_rv.parse::<u64>()? + 1_000_000).to_string(),
+                ..watch_list("")
+            },
+            Code::DeadlineExceeded,
+            "too large resource version",
+        ),
+    ];
+    for (request, code, message) in cases {
+        let status = refused(&fanout, request.clone()).await?;
+        assert_eq!(status.code(), code, "{request:?}: {status:?}");
+        assert!(status.message().contains(message), "{request:?}: {:?} lacks {message:?}", status.message());
+        if code == Code::OutOfRange {
+            assert_eq!(status.get_details_error_info().map(|i| i.reason), Some("Expired".into()));
+        }
+    }
+
+    let mut client = fanout.client().await?;
+    let missing = client
+        .grpc()
+        .get(GetRequest {
+            resource: Some(configmaps()),
+            namespace: "errors".into(),
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    assert!(missing.message().contains("v1/configmaps \"errors/nope\" not found"), "{missing:?}");
+    let empty_list = client
+        .grpc()
+        .list(ListRequest {
+            resource: Some(ResourceRef::default()),
+            ..ListRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(empty_list.code(), Code::InvalidArgument);
+
+    // A subscriber that hangs up mid-snapshot costs nothing to the others.
+    for i in 0..20 {
+        create_configmap(&cp.client, "errors", &format!("cm-{i}"), "x").await?;
+    }
+    let mut quitter = fanout.client().await?.watch(watch_list("errors")).await?;
+    next_event(&mut quitter).await?;
+    drop(quitter);
+
+    // The bystander, open all along, still gets every change.
+    let mut names = Vec::new();
+    while names.len() < 20 {
+        let event = next_change(&mut bystander).await?;
+        names.push(decode(&event)?.metadata.name.unwrap_or_default());
+    }
+    assert_eq!(names, (0..20).map(|i| format!("cm-{i}")).collect::<Vec<_>>());
+    let (after, _) = read_snapshot(&mut fanout.client().await?.watch(watch_list("errors")).await?).await?;
+    assert_eq!(after.len(), 20);
+    fanout.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_resource_at_startup_is_an_error_naming_it() -> anyhow::Result<()> {
+    let cp = ControlPlane::start().await?;
+    let err = Fanout::start(cp.client.clone(), &["v1/configmaps", "example.com/v1/widgets"])
+        .await
+        .err()
+        .expect("startup must fail");
+    assert!(
+        err.to_string().contains("does not serve resource example.com/v1/widgets"),
+        "{err}"
+    );
+    let err = Fanout::start(cp.client.clone(), &["v1/nothings"]).await.err().expect("startup must fail");
+    assert!(err.to_string().contains("v1/nothings"), "{err}");
+    Ok(())
+}
