@@ -80,13 +80,15 @@ impl Client {
                 source,
             })?;
         Ok(Client {
-            inner: KubeFanoutClient::new(channel)
-                .max_decoding_message_size(64 * 1024 * 1024),
+            inner: KubeFanoutClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
         })
     }
 
     /// Opens a watch.
-    pub async fn watch(&mut self, request: WatchRequest) -> Result<Streaming<WatchEvent>, ClientError> {
+    pub async fn watch(
+        &mut self,
+        request: WatchRequest,
+    ) -> Result<Streaming<WatchEvent>, ClientError> {
         Ok(self.inner.watch(request).await?.into_inner())
     }
 

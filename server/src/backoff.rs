@@ -91,7 +91,11 @@ mod tests {
         let mut b = Backoff::new(BackoffConfig::default());
         for base in [800u128, 1600, 3200] {
             let d = b.next_delay().as_millis();
-            assert!((base..=2 * base).contains(&d), "{d} outside [{base}, {}]", 2 * base);
+            assert!(
+                (base..=2 * base).contains(&d),
+                "{d} outside [{base}, {}]",
+                2 * base
+            );
         }
     }
 }

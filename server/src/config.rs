@@ -5,9 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 use crate::{
-    object::Transform,
-    reflector::ReflectorConfig,
-    resource::GroupVersionResource,
+    object::Transform, reflector::ReflectorConfig, resource::GroupVersionResource,
     subscription::Limits,
 };
 

@@ -7,10 +7,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::{
-    filter::FilterError,
-    object::ObjectError,
-    resource::{GroupVersionResource, ResourceError},
-    store::ReadError,
+    filter::FilterError, object::ObjectError, resource::GroupVersionResource, store::ReadError,
     subscription::WatchError,
 };
 
@@ -21,7 +18,9 @@ pub const ERROR_DOMAIN: &str = "kube-fanout.io";
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// The request names no resource.
-    #[error("the request names no resource: set resource.version and resource.resource (and resource.group outside the core group)")]
+    #[error(
+        "the request names no resource: set resource.version and resource.resource (and resource.group outside the core group)"
+    )]
     MissingResource,
     /// The resource is not one this server serves.
     #[error("resource {asked} is not served here; served: {served}")]
@@ -51,9 +50,6 @@ pub enum RequestError {
     /// The watch could not start or continue.
     #[error(transparent)]
     Watch(#[from] WatchError),
-    /// Discovery or the resource's syntax.
-    #[error(transparent)]
-    Resource(#[from] ResourceError),
 }
 
 impl From<ReadError> for RequestError {
@@ -80,14 +76,17 @@ impl From<RequestError> for Status {
             RequestError::MissingResource
             | RequestError::MissingName
             | RequestError::Filter(_)
-            | RequestError::ResourceVersion(_)
-            | RequestError::Resource(ResourceError::Syntax(_)) => Status::invalid_argument(message),
+            | RequestError::ResourceVersion(_) => Status::invalid_argument(message),
             RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
-            RequestError::Resource(_) => Status::unavailable(message),
             RequestError::Watch(WatchError::Read(ReadError::Expired { oldest, .. })) => {
-                with_reason(Code::OutOfRange, message, "Expired", Some(oldest.to_string()))
+                with_reason(
+                    Code::OutOfRange,
+                    message,
+                    "Expired",
+                    Some(oldest.to_string()),
+                )
             }
             RequestError::Watch(WatchError::Read(ReadError::TooLarge { current, .. })) => {
                 with_reason(
@@ -131,7 +130,10 @@ mod tests {
         assert_eq!(status.code(), Code::OutOfRange);
         let info = status.get_details_error_info().expect("ErrorInfo");
         assert_eq!(info.reason, "Expired");
-        assert_eq!(info.metadata.get("resourceVersion").map(String::as_str), Some("9"));
+        assert_eq!(
+            info.metadata.get("resourceVersion").map(String::as_str),
+            Some("9")
+        );
         assert!(status.message().contains("too old"), "{}", status.message());
     }
 
@@ -143,6 +145,9 @@ mod tests {
         .into();
         assert_eq!(status.code(), Code::ResourceExhausted);
         let info = status.get_details_error_info().expect("ErrorInfo");
-        assert_eq!(info.metadata.get("resourceVersion").map(String::as_str), Some("77"));
+        assert_eq!(
+            info.metadata.get("resourceVersion").map(String::as_str),
+            Some("77")
+        );
     }
 }

@@ -73,7 +73,11 @@ pub struct Filter {
 
 impl Filter {
     /// Builds a filter; empty strings mean "no restriction".
-    pub fn new(namespace: &str, label_selector: &str, field_selector: &str) -> Result<Self, FilterError> {
+    pub fn new(
+        namespace: &str,
+        label_selector: &str,
+        field_selector: &str,
+    ) -> Result<Self, FilterError> {
         Ok(Filter {
             namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
             labels: parse_labels(label_selector).map_err(|reason| FilterError::Label {
@@ -89,7 +93,9 @@ impl Filter {
 
     /// Whether `object` passes every part of the filter.
     pub fn matches(&self, object: &Object) -> bool {
-        self.namespace.as_ref().is_none_or(|ns| *ns == object.namespace)
+        self.namespace
+            .as_ref()
+            .is_none_or(|ns| *ns == object.namespace)
             && self.labels.iter().all(|r| r.matches(&object.labels))
             && self.fields.iter().all(|r| {
                 let actual = match r.field {
@@ -127,11 +133,15 @@ fn check_key(key: &str) -> Result<String, String> {
     let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
     let name_ok = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
     let prefix_ok = prefix.len() <= 253
-        && prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
         && (prefix.is_empty() || !key.starts_with('/'));
     if name_ok && prefix_ok {
         Ok(key.to_owned())
@@ -143,7 +153,9 @@ fn check_key(key: &str) -> Result<String, String> {
 fn check_value(value: &str) -> Result<String, String> {
     let ok = value.is_empty()
         || (value.len() <= 63
-            && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             && value.starts_with(|c: char| c.is_ascii_alphanumeric())
             && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
     if ok {
@@ -179,7 +191,9 @@ fn parse_label_requirement(req: &str) -> Result<LabelRequirement, String> {
         if let Some(key) = head.strip_suffix(" in") {
             return Ok(LabelRequirement::In(check_key(key.trim())?, set));
         }
-        return Err(format!("expected 'in' or 'notin' before the set in {req:?}"));
+        return Err(format!(
+            "expected 'in' or 'notin' before the set in {req:?}"
+        ));
     }
     for (op, negate) in [("!=", true), ("==", false), ("=", false)] {
         if let Some((key, value)) = req.split_once(op) {
@@ -246,7 +260,9 @@ mod tests {
     }
 
     fn matches(labels: &str, selector: &str) -> bool {
-        Filter::new("", selector, "").unwrap().matches(&obj("ns", "a", labels))
+        Filter::new("", selector, "")
+            .unwrap()
+            .matches(&obj("ns", "a", labels))
     }
 
     #[test]
@@ -277,7 +293,10 @@ mod tests {
             ("app foo (x)", "'in' or 'notin'"),
         ] {
             let err = Filter::new("", bad, "").unwrap_err().to_string();
-            assert!(err.contains(why) && err.contains("label selector"), "{bad}: {err}");
+            assert!(
+                err.contains(why) && err.contains("label selector"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -288,8 +307,13 @@ mod tests {
         assert!(f("metadata.name=a"));
         assert!(f("metadata.namespace==ns,metadata.name!=b"));
         assert!(!f("metadata.name!=a"));
-        let err = Filter::new("", "", "spec.nodeName=x").unwrap_err().to_string();
-        assert!(err.contains("spec.nodeName") && err.contains("not supported"), "{err}");
+        let err = Filter::new("", "", "spec.nodeName=x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("spec.nodeName") && err.contains("not supported"),
+            "{err}"
+        );
         assert!(Filter::new("", "", "metadata.name").is_err());
     }
 

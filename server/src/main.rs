@@ -37,7 +37,9 @@ async fn main() -> anyhow::Result<()> {
 
 fn init_logging(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -56,7 +58,9 @@ async fn kube_client(config: &Config) -> anyhow::Result<kube::Client> {
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(file, &options).await?
         }
-        None => kube::Config::infer().await.context("no kubeconfig and not in a cluster")?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not in a cluster")?,
     };
     Ok(kube::Client::try_from(kube_config)?)
 }

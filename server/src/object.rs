@@ -124,10 +124,17 @@ impl Object {
     /// Items of a LIST come without apiVersion and kind; they are filled in
     /// from `type_meta`, so subscribers get whole objects either way. An
     /// object of another type is refused.
-    pub fn from_json(raw: &str, type_meta: &TypeMeta, transform: Transform) -> Result<Self, ObjectError> {
+    pub fn from_json(
+        raw: &str,
+        type_meta: &TypeMeta,
+        transform: Transform,
+    ) -> Result<Self, ObjectError> {
         let mut value: Value = serde_json::from_str(raw)?;
         let mut rewrite = false;
-        for (field, expected) in [("apiVersion", &type_meta.api_version), ("kind", &type_meta.kind)] {
+        for (field, expected) in [
+            ("apiVersion", &type_meta.api_version),
+            ("kind", &type_meta.kind),
+        ] {
             match value.get(field).and_then(Value::as_str) {
                 Some(found) if found == expected => {}
                 None if value.is_object() => {
@@ -139,15 +146,18 @@ impl Object {
                         expected: type_meta.to_string(),
                         found: format!(
                             "{} {}",
-                            value.get("apiVersion").and_then(Value::as_str).unwrap_or("?"),
+                            value
+                                .get("apiVersion")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?"),
                             value.get("kind").and_then(Value::as_str).unwrap_or("?")
                         ),
                     });
                 }
             }
         }
-        let meta = Meta::deserialize(value.get("metadata").unwrap_or(&Value::Null))
-            .unwrap_or_default();
+        let meta =
+            Meta::deserialize(value.get("metadata").unwrap_or(&Value::Null)).unwrap_or_default();
         if meta.name.is_empty() {
             return Err(ObjectError::NoName);
         }
@@ -156,10 +166,10 @@ impl Object {
             .as_deref()
             .unwrap_or_default()
             .parse()?;
-        if transform.strip_managed_fields {
-            if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                rewrite |= m.remove("managedFields").is_some();
-            }
+        if transform.strip_managed_fields
+            && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            rewrite |= m.remove("managedFields").is_some();
         }
         let json: Arc<str> = if rewrite {
             serde_json::to_string(&value)?.into()
@@ -243,8 +253,16 @@ mod tests {
 
     #[test]
     fn fills_in_the_type_of_list_items_and_refuses_other_types() {
-        let item = Object::from_json(r#"{"metadata":{"name":"a","resourceVersion":"3"}}"#, &cm(), Transform::default()).unwrap();
-        assert!(item.json.contains(r#""apiVersion":"v1""#) && item.json.contains(r#""kind":"ConfigMap""#));
+        let item = Object::from_json(
+            r#"{"metadata":{"name":"a","resourceVersion":"3"}}"#,
+            &cm(),
+            Transform::default(),
+        )
+        .unwrap();
+        assert!(
+            item.json.contains(r#""apiVersion":"v1""#)
+                && item.json.contains(r#""kind":"ConfigMap""#)
+        );
         let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"a","resourceVersion":"3"}}"#;
         let err = Object::from_json(table, &cm(), Transform::default()).unwrap_err();
         assert!(matches!(err, ObjectError::UnexpectedType { .. }), "{err}");

@@ -136,7 +136,10 @@ impl ReflectorError {
         let text = format!("{reason}: {message}");
         if code == 410 || reason == "Expired" || reason == "Gone" {
             Some(Self::Expired(text))
-        } else if message.to_ascii_lowercase().contains("too large resource version") {
+        } else if message
+            .to_ascii_lowercase()
+            .contains("too large resource version")
+        {
             Some(Self::TooLarge(text))
         } else {
             None
@@ -144,10 +147,10 @@ impl ReflectorError {
     }
 
     fn classify(err: kube::Error) -> Self {
-        if let kube::Error::Api(s) = &err {
-            if let Some(e) = Self::from_status(s.code, &s.reason, &s.message) {
-                return e;
-            }
+        if let kube::Error::Api(s) = &err
+            && let Some(e) = Self::from_status(s.code, &s.reason, &s.message)
+        {
+            return e;
         }
         Self::Request(err)
     }
@@ -287,7 +290,11 @@ impl Reflector {
                 State::Watch { from: rv }
             }
             Err(err) => {
-                let from = if err.needs_fresh_list() { String::new() } else { from };
+                let from = if err.needs_fresh_list() {
+                    String::new()
+                } else {
+                    from
+                };
                 self.fail(err, State::List { from })
             }
         }
@@ -298,15 +305,21 @@ impl Reflector {
         let started = Instant::now();
         let (reached, events, outcome) = self.watch(from).await;
         match outcome {
-            Ok(()) if events == 0 && started.elapsed() < Duration::from_secs(1) => {
-                self.fail(ReflectorError::VeryShortWatch, State::Watch { from: reached })
-            }
+            Ok(()) if events == 0 && started.elapsed() < Duration::from_secs(1) => self.fail(
+                ReflectorError::VeryShortWatch,
+                State::Watch { from: reached },
+            ),
             Ok(()) => {
                 self.status.lock().watch_restarts += 1;
                 debug!(%reached, events, "watch ended; reopening");
                 State::Watch { from: reached }
             }
-            Err(err) if err.needs_fresh_list() => self.fail(err, State::List { from: String::new() }),
+            Err(err) if err.needs_fresh_list() => self.fail(
+                err,
+                State::List {
+                    from: String::new(),
+                },
+            ),
             Err(err) if err.can_rewatch() => self.fail(err, State::Watch { from: reached }),
             Err(err) => self.fail(
                 err,
@@ -390,7 +403,10 @@ impl Reflector {
 
     /// Follows one WATCH from `from`. Returns the RV reached, the number of
     /// events seen, and how the watch ended.
-    async fn watch(&self, from: ResourceVersion) -> (ResourceVersion, u64, Result<(), ReflectorError>) {
+    async fn watch(
+        &self,
+        from: ResourceVersion,
+    ) -> (ResourceVersion, u64, Result<(), ReflectorError>) {
         let min = self.config.min_watch_timeout.as_secs().max(1);
         let timeout = rand::rng().random_range(min..2 * min).to_string();
         let from_text = from.to_string();
@@ -451,16 +467,19 @@ impl Reflector {
                 return Ok(Some(rv));
             }
             "ERROR" => {
-                let status: ApiStatus = serde_json::from_str(event.object.get()).unwrap_or_default();
-                return Err(
-                    ReflectorError::from_status(status.code, &status.reason, &status.message)
-                        .unwrap_or_else(|| {
-                            ReflectorError::WatchError(format!(
-                                "{} {}: {}",
-                                status.code, status.reason, status.message
-                            ))
-                        }),
-                );
+                let status: ApiStatus =
+                    serde_json::from_str(event.object.get()).unwrap_or_default();
+                return Err(ReflectorError::from_status(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                )
+                .unwrap_or_else(|| {
+                    ReflectorError::WatchError(format!(
+                        "{} {}: {}",
+                        status.code, status.reason, status.message
+                    ))
+                }));
             }
             other => {
                 warn!(event_type = other, "skipping a watch event of unknown type");

@@ -35,7 +35,7 @@ pub enum ResourceError {
         gvr: GroupVersionResource,
         /// The client error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -130,7 +130,7 @@ impl ResourceType {
             Err(source) => {
                 return Err(ResourceError::Discovery {
                     gvr: gvr.clone(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         };

@@ -114,7 +114,9 @@ pub async fn start(
     let cache = Arc::new(cache);
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_not_serving::<KubeFanoutServer<FanoutService>>().await;
+    health
+        .set_not_serving::<KubeFanoutServer<FanoutService>>()
+        .await;
     tasks.spawn(
         report_health(cache.clone(), health, cancel.clone()).instrument(info_span!("health")),
     );
@@ -138,7 +140,10 @@ pub async fn start(
     tasks.spawn(
         async move {
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled())
+                .serve_with_incoming_shutdown(
+                    TcpListenerStream::new(listener),
+                    shutdown.cancelled(),
+                )
                 .await?;
             Ok(())
         }
@@ -167,8 +172,12 @@ async fn report_health(
             () = cancel.cancelled() => return Ok(()),
         }
     }
-    health.set_serving::<KubeFanoutServer<FanoutService>>().await;
-    health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    health
+        .set_serving::<KubeFanoutServer<FanoutService>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
     info!(service = SERVICE_NAME, "all resource types synced; serving");
     Ok(())
 }

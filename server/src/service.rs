@@ -5,8 +5,8 @@ use std::{pin::Pin, sync::Arc};
 
 use futures::{Stream, StreamExt};
 use kube_fanout_proto::v1::{
-    self as pb, kube_fanout_server::KubeFanout, GetRequest, GetResponse, ListRequest,
-    ListResourcesRequest, ListResourcesResponse, ListResponse, WatchEvent, WatchRequest,
+    self as pb, GetRequest, GetResponse, ListRequest, ListResourcesRequest, ListResourcesResponse,
+    ListResponse, WatchEvent, WatchRequest, kube_fanout_server::KubeFanout,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -50,15 +50,17 @@ impl FanoutService {
             version: r.version,
             resource: r.resource,
         };
-        self.cache.get(&asked).ok_or_else(|| RequestError::UnknownResource {
-            served: self
-                .cache
-                .iter()
-                .map(|s| s.resource().gvr.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            asked,
-        })
+        self.cache
+            .get(&asked)
+            .ok_or_else(|| RequestError::UnknownResource {
+                served: self
+                    .cache
+                    .iter()
+                    .map(|s| s.resource().gvr.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                asked,
+            })
     }
 
     fn start_watch(
@@ -67,14 +69,23 @@ impl FanoutService {
     ) -> Result<impl Stream<Item = Result<WatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
-            filter: Filter::new(&request.namespace, &request.label_selector, &request.field_selector)?,
+            filter: Filter::new(
+                &request.namespace,
+                &request.label_selector,
+                &request.field_selector,
+            )?,
             start: Start::parse(&request.resource_version)?,
             send_initial_events: request.send_initial_events,
             allow_bookmarks: request.allow_bookmarks,
         };
         let guard = served.subscriber();
         let span = info_span!("subscriber", resource = %served.resource().gvr);
-        let events = subscription::watch(served.store.clone(), spec, self.limits, self.shutdown.clone());
+        let events = subscription::watch(
+            served.store.clone(),
+            spec,
+            self.limits,
+            self.shutdown.clone(),
+        );
         Ok(async_stream::stream! {
             // Held for the stream's life: the subscriber count drops with it.
             let _counted = guard;
@@ -89,7 +100,11 @@ impl FanoutService {
 
     fn list(&self, request: ListRequest) -> Result<ListResponse, RequestError> {
         let served = self.served(request.resource)?;
-        let filter = Filter::new(&request.namespace, &request.label_selector, &request.field_selector)?;
+        let filter = Filter::new(
+            &request.namespace,
+            &request.label_selector,
+            &request.field_selector,
+        )?;
         let snapshot = served.store.snapshot();
         Ok(ListResponse {
             resource_version: snapshot.resource_version.to_string(),
@@ -108,10 +123,13 @@ impl FanoutService {
             return Err(RequestError::MissingName);
         }
         let key = object_key(&request.namespace, &request.name);
-        let object = served.store.get(&key).ok_or_else(|| RequestError::NotFound {
-            resource: served.resource().gvr.clone(),
-            key,
-        })?;
+        let object = served
+            .store
+            .get(&key)
+            .ok_or_else(|| RequestError::NotFound {
+                resource: served.resource().gvr.clone(),
+                key,
+            })?;
         Ok(GetResponse {
             resource_version: served.store.head().resource_version.to_string(),
             object: object.json.to_string(),
@@ -185,11 +203,17 @@ impl KubeFanout for FanoutService {
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        Ok(Response::new(FanoutService::list(self, request.into_inner())?))
+        Ok(Response::new(FanoutService::list(
+            self,
+            request.into_inner(),
+        )?))
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        Ok(Response::new(FanoutService::get(self, request.into_inner())?))
+        Ok(Response::new(FanoutService::get(
+            self,
+            request.into_inner(),
+        )?))
     }
 
     async fn list_resources(

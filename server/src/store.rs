@@ -88,9 +88,7 @@ pub struct Snapshot {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
     /// The ring no longer holds the events after this point.
-    #[error(
-        "resourceVersion {asked} is too old: the oldest resumable resourceVersion is {oldest}"
-    )]
+    #[error("resourceVersion {asked} is too old: the oldest resumable resourceVersion is {oldest}")]
     Expired {
         /// The point asked for.
         asked: ResourceVersion,

@@ -78,7 +78,9 @@ impl ControlPlane {
     pub async fn start_with(options: Options) -> Result<Self> {
         crate::init_logging();
         let bin = binaries()?;
-        let dir = tempfile::Builder::new().prefix("kube-fanout-cp-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("kube-fanout-cp-")
+            .tempdir()?;
         let d = dir.path();
         let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
         let etcd_endpoint = format!("http://127.0.0.1:{etcd_port}");
@@ -115,14 +117,21 @@ impl ControlPlane {
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer={server_url}/"),
             format!("--service-account-key-file={}", d.join("sa.pub").display()),
-            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                d.join("sa.key").display()
+            ),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
             "--v=1".into(),
         ];
         if let Some(gates) = &options.feature_gates {
             args.push(format!("--feature-gates={gates}"));
         }
-        let apiserver = spawn(bin.join("kube-apiserver"), &args, &d.join("kube-apiserver.log"))?;
+        let apiserver = spawn(
+            bin.join("kube-apiserver"),
+            &args,
+            &d.join("kube-apiserver.log"),
+        )?;
 
         let kubeconfig = d.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&server_url, &ca_pem))?;

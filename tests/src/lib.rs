@@ -7,10 +7,12 @@ pub mod fanout;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for
-/// failing tests); `RUST_LOG` picks the level, `info` by default.
+/// failing tests); `RUST_LOG` picks the level, `info` by default (without
+/// the client's errors while the control plane is still starting).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()

@@ -56,13 +56,19 @@ pub fn ends_initial_events(event: &WatchEvent) -> bool {
     event.r#type() == EventType::Bookmark
         && serde_json::from_str::<serde_json::Value>(&event.object)
             .ok()
-            .and_then(|o| o["metadata"]["annotations"][INITIAL_EVENTS_END].as_str().map(|v| v == "true"))
+            .and_then(|o| {
+                o["metadata"]["annotations"][INITIAL_EVENTS_END]
+                    .as_str()
+                    .map(|v| v == "true")
+            })
             .unwrap_or(false)
 }
 
 /// Reads a watch-list snapshot: the ADDED objects by name, and the RV of
 /// the bookmark that ends them.
-pub async fn read_snapshot(stream: &mut Streaming<WatchEvent>) -> Result<(BTreeMap<String, ConfigMap>, String)> {
+pub async fn read_snapshot(
+    stream: &mut Streaming<WatchEvent>,
+) -> Result<(BTreeMap<String, ConfigMap>, String)> {
     let mut objects = BTreeMap::new();
     loop {
         let event = next_event(stream).await?;
@@ -70,7 +76,10 @@ pub async fn read_snapshot(stream: &mut Streaming<WatchEvent>) -> Result<(BTreeM
             return Ok((objects, event.resource_version));
         }
         if event.r#type() != EventType::Added {
-            bail!("expected ADDED during the snapshot, got {:?}", event.r#type());
+            bail!(
+                "expected ADDED during the snapshot, got {:?}",
+                event.r#type()
+            );
         }
         let cm = decode(&event)?;
         let name = cm.metadata.name.clone().context("unnamed object")?;
@@ -87,9 +96,19 @@ pub fn decode(event: &WatchEvent) -> Result<ConfigMap> {
 
 /// The API server's own LIST of configmaps in `namespace` at exactly `rv`,
 /// by name.
-pub async fn list_at(client: &kube::Client, namespace: &str, rv: &str) -> Result<BTreeMap<String, ConfigMap>> {
+pub async fn list_at(
+    client: &kube::Client,
+    namespace: &str,
+    rv: &str,
+) -> Result<BTreeMap<String, ConfigMap>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let list = api.list(&ListParams::default().at(rv).matching(kube::api::VersionMatch::Exact)).await?;
+    let list = api
+        .list(
+            &ListParams::default()
+                .at(rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await?;
     Ok(list
         .items
         .into_iter()
@@ -107,7 +126,12 @@ pub async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
 }
 
 /// Creates a configmap with one data entry and returns it as stored.
-pub async fn create_configmap(client: &kube::Client, namespace: &str, name: &str, value: &str) -> Result<ConfigMap> {
+pub async fn create_configmap(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    value: &str,
+) -> Result<ConfigMap> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(name.to_owned());
@@ -117,13 +141,18 @@ pub async fn create_configmap(client: &kube::Client, namespace: &str, name: &str
 
 /// The data a ConfigMap carries, for comparing what the subscriber saw with
 /// what the API server holds.
-pub fn contents(objects: &BTreeMap<String, ConfigMap>) -> BTreeMap<String, (String, Option<BTreeMap<String, String>>)> {
+pub fn contents(
+    objects: &BTreeMap<String, ConfigMap>,
+) -> BTreeMap<String, (String, Option<BTreeMap<String, String>>)> {
     objects
         .iter()
         .map(|(name, cm)| {
             (
                 name.clone(),
-                (cm.metadata.resource_version.clone().unwrap_or_default(), cm.data.clone()),
+                (
+                    cm.metadata.resource_version.clone().unwrap_or_default(),
+                    cm.data.clone(),
+                ),
             )
         })
         .collect()

@@ -36,7 +36,11 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     let (_, snapshot_rv) = read_snapshot(&mut bystander).await?;
 
     let cases: Vec<(WatchRequest, Code, &str)> = vec![
-        (WatchRequest::default(), Code::InvalidArgument, "names no resource"),
+        (
+            WatchRequest::default(),
+            Code::InvalidArgument,
+            "names no resource",
+        ),
         (
             WatchRequest {
                 resource: Some(kube_fanout_client::resource("example.com/v1/widgets")?),
@@ -98,9 +102,16 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     for (request, code, message) in cases {
         let status = refused(&fanout, request.clone()).await?;
         assert_eq!(status.code(), code, "{request:?}: {status:?}");
-        assert!(status.message().contains(message), "{request:?}: {:?} lacks {message:?}", status.message());
+        assert!(
+            status.message().contains(message),
+            "{request:?}: {:?} lacks {message:?}",
+            status.message()
+        );
         if code == Code::OutOfRange {
-            assert_eq!(status.get_details_error_info().map(|i| i.reason), Some("Expired".into()));
+            assert_eq!(
+                status.get_details_error_info().map(|i| i.reason),
+                Some("Expired".into())
+            );
         }
     }
 
@@ -115,7 +126,12 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
         .await
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
-    assert!(missing.message().contains("v1/configmaps \"errors/nope\" not found"), "{missing:?}");
+    assert!(
+        missing
+            .message()
+            .contains("v1/configmaps \"errors/nope\" not found"),
+        "{missing:?}"
+    );
     let empty_list = client
         .grpc()
         .list(ListRequest {
@@ -140,8 +156,12 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
         let event = next_change(&mut bystander).await?;
         names.push(decode(&event)?.metadata.name.unwrap_or_default());
     }
-    assert_eq!(names, (0..20).map(|i| format!("cm-{i}")).collect::<Vec<_>>());
-    let (after, _) = read_snapshot(&mut fanout.client().await?.watch(watch_list("errors")).await?).await?;
+    assert_eq!(
+        names,
+        (0..20).map(|i| format!("cm-{i}")).collect::<Vec<_>>()
+    );
+    let (after, _) =
+        read_snapshot(&mut fanout.client().await?.watch(watch_list("errors")).await?).await?;
     assert_eq!(after.len(), 20);
     fanout.stop().await?;
     Ok(())
@@ -150,15 +170,22 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_resource_at_startup_is_an_error_naming_it() -> anyhow::Result<()> {
     let cp = ControlPlane::start().await?;
-    let err = Fanout::start(cp.client.clone(), &["v1/configmaps", "example.com/v1/widgets"])
+    let err = Fanout::start(
+        cp.client.clone(),
+        &["v1/configmaps", "example.com/v1/widgets"],
+    )
+    .await
+    .err()
+    .expect("startup must fail");
+    assert!(
+        err.to_string()
+            .contains("does not serve resource example.com/v1/widgets"),
+        "{err}"
+    );
+    let err = Fanout::start(cp.client.clone(), &["v1/nothings"])
         .await
         .err()
         .expect("startup must fail");
-    assert!(
-        err.to_string().contains("does not serve resource example.com/v1/widgets"),
-        "{err}"
-    );
-    let err = Fanout::start(cp.client.clone(), &["v1/nothings"]).await.err().expect("startup must fail");
     assert!(err.to_string().contains("v1/nothings"), "{err}");
     Ok(())
 }

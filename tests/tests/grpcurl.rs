@@ -10,26 +10,57 @@ async fn grpcurl_lists_describes_and_calls_the_service() -> anyhow::Result<()> {
     let cp = ControlPlane::start().await?;
     create_namespace(&cp.client, "grpcurl").await?;
     create_configmap(&cp.client, "grpcurl", "shown-by-grpcurl", "hello").await?;
-    let fanout = Fanout::start(cp.client.clone(), &["v1/configmaps", "apps/v1/deployments"]).await?;
+    let fanout =
+        Fanout::start(cp.client.clone(), &["v1/configmaps", "apps/v1/deployments"]).await?;
     fanout.wait_synced().await?;
     let addr = fanout.addr.to_string();
 
     let list = run(&grpcurl, &plaintext(&[&addr, "list"])).await?;
     assert!(list.success, "{list:?}");
-    for service in ["kubefanout.v1.KubeFanout", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
-        assert!(list.stdout.lines().any(|l| l == service), "{service} missing from {}", list.stdout);
+    for service in [
+        "kubefanout.v1.KubeFanout",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(
+            list.stdout.lines().any(|l| l == service),
+            "{service} missing from {}",
+            list.stdout
+        );
     }
 
-    let describe = run(&grpcurl, &plaintext(&[&addr, "describe", "kubefanout.v1.KubeFanout"])).await?;
+    let describe = run(
+        &grpcurl,
+        &plaintext(&[&addr, "describe", "kubefanout.v1.KubeFanout"]),
+    )
+    .await?;
     assert!(describe.success, "{describe:?}");
-    for rpc in ["rpc Watch", "rpc List", "rpc Get", "rpc ListResources", "stream .kubefanout.v1.WatchEvent"] {
-        assert!(describe.stdout.contains(rpc), "{rpc} missing from {}", describe.stdout);
+    for rpc in [
+        "rpc Watch",
+        "rpc List",
+        "rpc Get",
+        "rpc ListResources",
+        "stream .kubefanout.v1.WatchEvent",
+    ] {
+        assert!(
+            describe.stdout.contains(rpc),
+            "{rpc} missing from {}",
+            describe.stdout
+        );
     }
 
-    let health = run(&grpcurl, &plaintext(&[&addr, "grpc.health.v1.Health/Check"])).await?;
+    let health = run(
+        &grpcurl,
+        &plaintext(&[&addr, "grpc.health.v1.Health/Check"]),
+    )
+    .await?;
     assert!(health.stdout.contains("\"SERVING\""), "{health:?}");
 
-    let resources = run(&grpcurl, &plaintext(&[&addr, "kubefanout.v1.KubeFanout/ListResources"])).await?;
+    let resources = run(
+        &grpcurl,
+        &plaintext(&[&addr, "kubefanout.v1.KubeFanout/ListResources"]),
+    )
+    .await?;
     assert!(resources.success, "{resources:?}");
     let resources: serde_json::Value = serde_json::from_str(&resources.stdout)?;
     let served: Vec<(&str, &str, &str)> = resources["resources"]
@@ -44,29 +75,58 @@ async fn grpcurl_lists_describes_and_calls_the_service() -> anyhow::Result<()> {
             )
         })
         .collect();
-    assert_eq!(served, [("configmaps", "ConfigMap", "SYNCED"), ("deployments", "Deployment", "SYNCED")]);
+    assert_eq!(
+        served,
+        [
+            ("configmaps", "ConfigMap", "SYNCED"),
+            ("deployments", "Deployment", "SYNCED")
+        ]
+    );
 
     let request = r#"{"resource":{"version":"v1","resource":"configmaps"},"namespace":"grpcurl","sendInitialEvents":true,"allowBookmarks":true}"#;
     let watch = run(
         &grpcurl,
-        &plaintext(&["-d", request, "-max-time", "3", &addr, "kubefanout.v1.KubeFanout/Watch"]),
+        &plaintext(&[
+            "-d",
+            request,
+            "-max-time",
+            "3",
+            &addr,
+            "kubefanout.v1.KubeFanout/Watch",
+        ]),
     )
     .await?;
     assert!(watch.stdout.contains(r#""type": "ADDED""#), "{watch:?}");
     assert!(watch.stdout.contains("shown-by-grpcurl"), "{watch:?}");
     assert!(watch.stdout.contains(r#""type": "BOOKMARK""#), "{watch:?}");
-    assert!(watch.stdout.contains(r#"k8s.io/initial-events-end\":\"true\""#), "{watch:?}");
+    assert!(
+        watch
+            .stdout
+            .contains(r#"k8s.io/initial-events-end\":\"true\""#),
+        "{watch:?}"
+    );
 
     let unknown = r#"{"resource":{"group":"example.com","version":"v1","resource":"widgets"}}"#;
-    let refused = run(&grpcurl, &plaintext(&["-d", unknown, &addr, "kubefanout.v1.KubeFanout/Watch"])).await?;
+    let refused = run(
+        &grpcurl,
+        &plaintext(&["-d", unknown, &addr, "kubefanout.v1.KubeFanout/Watch"]),
+    )
+    .await?;
     assert!(!refused.success);
     assert!(refused.stderr.contains("NotFound"), "{refused:?}");
-    assert!(refused.stderr.contains("example.com/v1/widgets is not served"), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("example.com/v1/widgets is not served"),
+        "{refused:?}"
+    );
 
     fanout.stop().await?;
     Ok(())
 }
 
 fn plaintext<'a>(args: &[&'a str]) -> Vec<&'a str> {
-    std::iter::once("-plaintext").chain(args.iter().copied()).collect()
+    std::iter::once("-plaintext")
+        .chain(args.iter().copied())
+        .collect()
 }

@@ -29,7 +29,9 @@ async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyho
     let added = create_configmap(&client, "skeleton", "cm-new", "fresh").await?;
     let mut changed = api.get("cm-1").await?;
     changed.data = Some([("value".to_owned(), "after".to_owned())].into());
-    let changed = api.replace("cm-1", &PostParams::default(), &changed).await?;
+    let changed = api
+        .replace("cm-1", &PostParams::default(), &changed)
+        .await?;
     api.delete("cm-2", &DeleteParams::default()).await?;
 
     let mut last_rv: u64 = snapshot_rv.parse()?;
@@ -40,13 +42,25 @@ async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyho
         assert!(rv > last_rv, "RVs increase: {rv} after {last_rv}");
         last_rv = rv;
         let cm = decode(&event)?;
-        seen.push((event.r#type(), cm.metadata.name.unwrap_or_default(), cm.metadata.resource_version));
+        seen.push((
+            event.r#type(),
+            cm.metadata.name.unwrap_or_default(),
+            cm.metadata.resource_version,
+        ));
     }
     assert_eq!(
         seen,
         vec![
-            (EventType::Added, "cm-new".to_owned(), added.metadata.resource_version.clone()),
-            (EventType::Modified, "cm-1".to_owned(), changed.metadata.resource_version.clone()),
+            (
+                EventType::Added,
+                "cm-new".to_owned(),
+                added.metadata.resource_version.clone()
+            ),
+            (
+                EventType::Modified,
+                "cm-1".to_owned(),
+                changed.metadata.resource_version.clone()
+            ),
             (EventType::Deleted, "cm-2".to_owned(), seen[2].2.clone()),
         ]
     );
