@@ -395,3 +395,188 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        object::{Transform, TypeMeta},
+        resource::GroupVersionResource,
+    };
+
+    pub(crate) fn configmaps() -> ResourceType {
+        ResourceType {
+            gvr: GroupVersionResource {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+            },
+            kind: "ConfigMap".into(),
+            namespaced: true,
+        }
+    }
+
+    pub(crate) fn object(name: &str, rv: u64, labels: &str) -> Object {
+        let raw = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{labels}}}}}"#
+        );
+        let meta = TypeMeta {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        Object::from_json(&raw, &meta, Transform::default()).unwrap()
+    }
+
+    fn contents(objects: &[Arc<Object>]) -> BTreeMap<String, u64> {
+        objects
+            .iter()
+            .map(|o| (o.key.clone(), o.resource_version.0))
+            .collect()
+    }
+
+    /// A pseudo-random sequence of changes over a few keys.
+    fn change(i: u64) -> (EventKind, Object) {
+        let key = (i * 7919) % 37;
+        let kind = match (i * 104_729) % 5 {
+            0 => EventKind::Deleted,
+            1 | 2 => EventKind::Added,
+            _ => EventKind::Modified,
+        };
+        (kind, object(&format!("cm-{key}"), 100 + i, "{}"))
+    }
+
+    #[test]
+    fn snapshots_are_exact_while_the_writer_runs() {
+        let store = Arc::new(Store::new(configmaps(), 1_000_000));
+        store.replace(Vec::new(), ResourceVersion(100));
+        const EVENTS: u64 = 30_000;
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 1..=EVENTS {
+                    let (kind, obj) = change(i);
+                    store.apply(kind, obj);
+                }
+            })
+        };
+        let mut snapshots = Vec::new();
+        while !writer.is_finished() {
+            snapshots.push(store.snapshot());
+        }
+        writer.join().unwrap();
+        snapshots.push(store.snapshot());
+        assert!(snapshots.len() > 2, "the reader raced the writer");
+
+        // Replay the writer's changes to the position of each snapshot: the
+        // snapshot must be exactly that state.
+        let mut state = BTreeMap::new();
+        let mut applied = 0;
+        for snapshot in &snapshots {
+            while applied < snapshot.seq {
+                applied += 1;
+                let (kind, obj) = change(applied);
+                match kind {
+                    EventKind::Deleted => state.remove(&obj.key),
+                    _ => state.insert(obj.key.clone(), obj.resource_version.0),
+                };
+            }
+            assert_eq!(
+                contents(&snapshot.objects),
+                state,
+                "at seq {}",
+                snapshot.seq
+            );
+            let expected_rv = if snapshot.seq == 0 {
+                100
+            } else {
+                100 + snapshot.seq
+            };
+            assert_eq!(snapshot.resource_version, ResourceVersion(expected_rv));
+        }
+    }
+
+    #[test]
+    fn a_relist_publishes_the_difference_at_the_list_rv() {
+        let store = Store::new(configmaps(), 100);
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(5),
+        );
+        assert_eq!(store.head().seq, 0, "the first list publishes no events");
+        store.replace(
+            vec![object("b", 7, "{}"), object("c", 8, "{}")],
+            ResourceVersion(9),
+        );
+        let events = store.read_after(0, 10).unwrap();
+        let seen: Vec<(EventKind, &str, u64)> = events
+            .iter()
+            .map(|e| {
+                let o = e.object.as_ref().unwrap();
+                (e.kind, o.name.as_str(), e.resource_version.0)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (EventKind::Deleted, "a", 9),
+                (EventKind::Modified, "b", 9),
+                (EventKind::Added, "c", 9)
+            ]
+        );
+        assert_eq!(store.status().relists, 1);
+        let snapshot = store.snapshot();
+        assert_eq!(
+            contents(&snapshot.objects),
+            BTreeMap::from([("ns/b".into(), 7), ("ns/c".into(), 8)])
+        );
+        assert_eq!(snapshot.resource_version, ResourceVersion(9));
+    }
+
+    #[test]
+    fn resume_points_are_exact_and_old_ones_expire() {
+        let store = Store::new(configmaps(), 3);
+        store.replace(Vec::new(), ResourceVersion(10));
+        for rv in 11..=15 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        // The ring holds 13, 14, 15: resuming after 12 or later works.
+        assert_eq!(
+            store.cursor_after(ResourceVersion(11)),
+            Err(ReadError::Expired {
+                asked: ResourceVersion(11),
+                oldest: ResourceVersion(12)
+            })
+        );
+        let after = |rv| {
+            let cursor = store.cursor_after(ResourceVersion(rv)).unwrap();
+            store
+                .read_after(cursor, 10)
+                .unwrap()
+                .iter()
+                .map(|e| e.resource_version.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(after(12), [13, 14, 15]);
+        assert_eq!(after(14), [15]);
+        assert_eq!(after(15), Vec::<u64>::new());
+        assert!(matches!(
+            store.cursor_after(ResourceVersion(16)),
+            Err(ReadError::TooLarge { .. })
+        ));
+        assert_eq!(store.read_after(0, 10).err(), Some(ResourceVersion(12)));
+    }
+
+    #[test]
+    fn bookmarks_only_move_forward() {
+        let store = Store::new(configmaps(), 10);
+        store.replace(Vec::new(), ResourceVersion(10));
+        store.bookmark(ResourceVersion(9));
+        store.bookmark(ResourceVersion(10));
+        assert_eq!(store.head().seq, 0);
+        store.bookmark(ResourceVersion(12));
+        assert_eq!(store.head().resource_version, ResourceVersion(12));
+        assert_eq!(store.head().seq, 1);
+    }
+}

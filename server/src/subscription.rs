@@ -268,3 +268,193 @@ fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Del
         object: object.to_string().into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{configmaps, object};
+
+    fn spec(label_selector: &str, start: Start, send_initial_events: bool) -> WatchSpec {
+        WatchSpec {
+            filter: Filter::new("", label_selector, "").unwrap(),
+            start,
+            send_initial_events,
+            allow_bookmarks: true,
+        }
+    }
+
+    /// Drains what the stream has ready without waiting for more.
+    async fn ready(
+        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+    ) -> Vec<Result<(EventKind, u64), WatchError>> {
+        let mut out = Vec::new();
+        while let Ok(Some(item)) =
+            tokio::time::timeout(Duration::from_millis(50), stream.next()).await
+        {
+            out.push(item.map(|d| (d.kind, d.resource_version.0)));
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn filter_transitions_become_added_and_deleted() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, r#"{"app":"x"}"#)], ResourceVersion(1));
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("app=x", Start::Latest, true),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        assert_eq!(
+            ready(&mut stream).await,
+            [Ok((EventKind::Added, 1)), Ok((EventKind::Bookmark, 1))]
+        );
+        store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
+        store.apply(EventKind::Modified, object("a", 3, r#"{"app":"z"}"#));
+        store.apply(EventKind::Modified, object("a", 4, r#"{"app":"x"}"#));
+        store.apply(EventKind::Modified, object("a", 5, r#"{"app":"x"}"#));
+        store.apply(EventKind::Deleted, object("a", 6, r#"{"app":"x"}"#));
+        store.apply(EventKind::Added, object("b", 7, r#"{"app":"y"}"#));
+        store.apply(EventKind::Deleted, object("b", 8, r#"{"app":"y"}"#));
+        store.bookmark(ResourceVersion(9));
+        let seen = ready(&mut stream).await;
+        assert_eq!(
+            seen,
+            [
+                Ok((EventKind::Deleted, 2)),
+                Ok((EventKind::Added, 4)),
+                Ok((EventKind::Modified, 5)),
+                Ok((EventKind::Deleted, 6)),
+                Ok((EventKind::Bookmark, 9)),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_bookmark_carries_the_annotation_and_the_snapshot_rv() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 3, "{}")], ResourceVersion(4));
+        let mut stream = Box::pin(watch(
+            store,
+            spec("", Start::Latest, true),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        stream.next().await.unwrap().unwrap();
+        let end = stream.next().await.unwrap().unwrap();
+        assert_eq!(end.kind, EventKind::Bookmark);
+        let value: serde_json::Value = serde_json::from_str(&end.object).unwrap();
+        assert_eq!(value["metadata"]["annotations"][INITIAL_EVENTS_END], "true");
+        assert_eq!(value["metadata"]["resourceVersion"], "4");
+        assert_eq!(
+            (value["kind"].as_str(), value["apiVersion"].as_str()),
+            (Some("ConfigMap"), Some("v1"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resuming_delivers_exactly_the_changes_after_the_rv() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        for rv in 2..=6 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        assert_eq!(
+            ready(&mut stream).await,
+            [Ok((EventKind::Added, 5)), Ok((EventKind::Added, 6))]
+        );
+        store.apply(EventKind::Added, object("o7", 7, "{}"));
+        let seen = ready(&mut stream).await;
+        assert_eq!(seen, [Ok((EventKind::Added, 7))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_falls_off_the_ring_is_told_where_to_resume() {
+        let store = Arc::new(Store::new(configmaps(), 4));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        store.apply(EventKind::Added, object("o2", 2, "{}"));
+        assert_eq!(ready(&mut stream).await, [Ok((EventKind::Added, 2))]);
+        for rv in 3..=10 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        assert_eq!(
+            ready(&mut stream).await,
+            [Err(WatchError::Lagged {
+                last_delivered: ResourceVersion(2)
+            })]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_for_a_future_rv_waits_then_fails_as_too_large() {
+        let store = Arc::new(Store::new(configmaps(), 4));
+        store.replace(Vec::new(), ResourceVersion(5));
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(7)), true),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        let started = tokio::time::Instant::now();
+        let outcome = stream.next().await.unwrap();
+        assert_eq!(started.elapsed(), Limits::default().freshness_timeout);
+        assert_eq!(
+            outcome,
+            Err(WatchError::Read(ReadError::TooLarge {
+                asked: ResourceVersion(7),
+                current: ResourceVersion(5)
+            }))
+        );
+
+        // Caught up within the bound, the snapshot is served at once.
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(7)), true),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        let waiting = tokio::spawn(async move { stream.next().await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        store.bookmark(ResourceVersion(7));
+        let end = waiting.await.unwrap().unwrap().unwrap();
+        assert_eq!(
+            (end.kind, end.resource_version),
+            (EventKind::Bookmark, ResourceVersion(7))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watches_end_when_the_server_stops() {
+        let store = Arc::new(Store::new(configmaps(), 4));
+        store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
+        let stop = CancellationToken::new();
+        let mut stream = Box::pin(watch(
+            store,
+            spec("", Start::Latest, true),
+            Limits::default(),
+            stop.clone(),
+        ));
+        assert_eq!(ready(&mut stream).await.len(), 2);
+        stop.cancel();
+        assert_eq!(
+            stream.next().await,
+            Some(Err(WatchError::ShuttingDown {
+                last_delivered: ResourceVersion(3)
+            }))
+        );
+        assert_eq!(stream.next().await, None);
+    }
+}
