@@ -1,0 +1,452 @@
+//! Connections: one or several server addresses, plaintext or TLS, with an
+//! optional bearer token; and [`Api`], the typed handle on one resource
+//! type that mirrors `kube::Api`.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use kube::{Resource, core::ObjectList};
+use serde::de::DeserializeOwned;
+use tonic::{
+    Request, Status, Streaming,
+    metadata::{Ascii, MetadataValue},
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::{Channel, ClientTlsConfig, Endpoint},
+};
+
+use crate::{
+    error::ClientError,
+    proto::{
+        GetRequest, GetResponse, ListRequest, ListResourcesRequest, ListResourcesResponse,
+        ListResponse, ResourceRef, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
+    },
+};
+
+/// The generated gRPC client, with the bearer token attached to every call.
+pub type GrpcClient = KubeFanoutClient<InterceptedService<Channel, BearerToken>>;
+
+/// Largest message accepted: one object of a big type can be megabytes.
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// How long one connection attempt may take before the next address is
+/// tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Adds `authorization: Bearer ...` to every request when a token is set.
+#[derive(Clone, Default)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl BearerToken {
+    /// A token sent as `authorization: Bearer TOKEN`.
+    pub fn new(token: &str) -> Result<Self, ClientError> {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(ClientError::Token)?;
+        Ok(BearerToken(Some(value)))
+    }
+}
+
+// The token is a credential: never print it.
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "BearerToken(<redacted>)"
+        } else {
+            "BearerToken(None)"
+        })
+    }
+}
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone, Default)]
+pub struct ClientConfig {
+    addresses: Vec<String>,
+    tls: Option<ClientTlsConfig>,
+    token: Option<String>,
+}
+
+impl ClientConfig {
+    /// Servers to use, in order of preference: `host:port`,
+    /// `http://host:port` or `https://host:port`. When one goes away the
+    /// next is used.
+    pub fn new<S: Into<String>>(addresses: impl IntoIterator<Item = S>) -> Self {
+        ClientConfig {
+            addresses: addresses.into_iter().map(Into::into).collect(),
+            ..ClientConfig::default()
+        }
+    }
+
+    /// Uses TLS with these settings (CA, server name) for every address.
+    /// Without it, `https://` addresses use the system's root certificates
+    /// and other addresses are plaintext.
+    pub fn tls(mut self, tls: ClientTlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sends `authorization: Bearer TOKEN` with every request.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Checks the settings and returns a client that connects on first use.
+    pub fn build(self) -> Result<Client, ClientError> {
+        if self.addresses.is_empty() {
+            return Err(ClientError::NoAddress);
+        }
+        let endpoints = self
+            .addresses
+            .iter()
+            .map(|addr| endpoint(addr, self.tls.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let token = match &self.token {
+            Some(token) => BearerToken::new(token)?,
+            None => BearerToken::default(),
+        };
+        let shared = Arc::new(Shared { endpoints, token });
+        let grpc = shared.client(shared.endpoints[0].connect_lazy());
+        Ok(Client {
+            shared,
+            current: 0,
+            grpc,
+        })
+    }
+
+    /// Connects to the first address that answers.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let mut client = self.build()?;
+        client.connect_from(0).await?;
+        Ok(client)
+    }
+}
+
+fn endpoint(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, ClientError> {
+    let url = if addr.contains("://") {
+        addr.to_owned()
+    } else if tls.is_some() {
+        format!("https://{addr}")
+    } else {
+        format!("http://{addr}")
+    };
+    let invalid = |source| ClientError::Address {
+        addr: addr.to_owned(),
+        source,
+    };
+    let endpoint = Endpoint::from_shared(url.clone())
+        .map_err(invalid)?
+        .connect_timeout(CONNECT_TIMEOUT)
+        // A peer that vanished without closing the connection (a deleted
+        // pod) is noticed within seconds, not at the next TCP timeout.
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    let tls = match tls {
+        Some(tls) => Some(tls.clone()),
+        None if url.starts_with("https://") => Some(ClientTlsConfig::new().with_native_roots()),
+        None => None,
+    };
+    match tls {
+        Some(tls) => endpoint.tls_config(tls).map_err(|source| ClientError::Tls {
+            addr: addr.to_owned(),
+            source,
+        }),
+        None => Ok(endpoint),
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    endpoints: Vec<Endpoint>,
+    token: BearerToken,
+}
+
+impl Shared {
+    fn client(&self, channel: Channel) -> GrpcClient {
+        KubeFanoutClient::with_interceptor(channel, self.token.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+}
+
+/// A connection to kube-fanout: one server at a time out of the configured
+/// list. Cloning is cheap; clones share the settings.
+#[derive(Debug, Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    current: usize,
+    grpc: GrpcClient,
+}
+
+impl Client {
+    /// Connects to one server, e.g. `http://127.0.0.1:50051`.
+    pub async fn connect(addr: &str) -> Result<Self, ClientError> {
+        ClientConfig::new([addr]).connect().await
+    }
+
+    /// The address in use.
+    pub fn address(&self) -> String {
+        self.shared.endpoints[self.current].uri().to_string()
+    }
+
+    /// Tries every address once, starting at index `first`, and keeps the
+    /// first that connects.
+    async fn connect_from(&mut self, first: usize) -> Result<(), ClientError> {
+        let n = self.shared.endpoints.len();
+        let mut last_error = None;
+        for i in (first..first + n).map(|i| i % n) {
+            match self.shared.endpoints[i].connect().await {
+                Ok(channel) => {
+                    self.current = i;
+                    self.grpc = self.shared.client(channel);
+                    return Ok(());
+                }
+                Err(err) => {
+                    tracing::debug!(address = %self.shared.endpoints[i].uri(), error = %err, "cannot connect");
+                    last_error = Some(err);
+                }
+            }
+        }
+        Err(ClientError::Connect {
+            addr: self
+                .shared
+                .endpoints
+                .iter()
+                .map(|e| e.uri().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            source: last_error.expect("at least one endpoint"),
+        })
+    }
+
+    /// Moves to the next address that connects (the same one again when it
+    /// is the only one), after the current one failed.
+    pub async fn reconnect(&mut self) -> Result<(), ClientError> {
+        self.connect_from(self.current + 1).await
+    }
+
+    /// Opens a raw watch.
+    pub async fn watch(
+        &mut self,
+        request: WatchRequest,
+    ) -> Result<Streaming<WatchEvent>, ClientError> {
+        Ok(self.grpc.watch(request).await?.into_inner())
+    }
+
+    /// A consistent snapshot of one resource type, as JSON objects.
+    pub async fn list(&mut self, request: ListRequest) -> Result<ListResponse, ClientError> {
+        Ok(self.grpc.list(request).await?.into_inner())
+    }
+
+    /// One object, as JSON.
+    pub async fn get(&mut self, request: GetRequest) -> Result<GetResponse, ClientError> {
+        Ok(self.grpc.get(request).await?.into_inner())
+    }
+
+    /// Describes every served resource type.
+    pub async fn list_resources(&mut self) -> Result<ListResourcesResponse, ClientError> {
+        Ok(self
+            .grpc
+            .list_resources(ListResourcesRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// The generated gRPC client, for calls this wrapper does not cover.
+    pub fn grpc(&mut self) -> &mut GrpcClient {
+        &mut self.grpc
+    }
+}
+
+/// Parses `v1/configmaps` or `apps/v1/deployments`.
+pub fn resource(name: &str) -> Result<ResourceRef, ClientError> {
+    let parts: Vec<&str> = name.split('/').collect();
+    let (group, version, resource) = match parts.as_slice() {
+        [v, r] => ("", *v, *r),
+        [g, v, r] if !g.is_empty() => (*g, *v, *r),
+        _ => return Err(ClientError::Resource(name.to_owned())),
+    };
+    if version.is_empty() || resource.is_empty() {
+        return Err(ClientError::Resource(name.to_owned()));
+    }
+    Ok(ResourceRef {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        resource: resource.to_owned(),
+    })
+}
+
+/// One resource type served by kube-fanout, in all namespaces or in one,
+/// with the constructors of `kube::Api`: switching a watcher over means
+/// changing which `Api` it is given.
+#[derive(Debug, Clone)]
+pub struct Api<K> {
+    pub(crate) client: Client,
+    pub(crate) resource: ResourceRef,
+    pub(crate) namespace: String,
+    _kind: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K: Resource> Api<K>
+where
+    K::DynamicType: Default,
+{
+    /// Every object of `K`, in every namespace.
+    pub fn all(client: Client) -> Self {
+        Self::all_with(client, &K::DynamicType::default())
+    }
+
+    /// The objects of `K` in `namespace`.
+    pub fn namespaced(client: Client, namespace: &str) -> Self {
+        Self::namespaced_with(client, namespace, &K::DynamicType::default())
+    }
+}
+
+impl<K: Resource> Api<K> {
+    /// Every object of a type known at run time (`DynamicObject`), in every
+    /// namespace.
+    pub fn all_with(client: Client, dyntype: &K::DynamicType) -> Self {
+        Api {
+            client,
+            resource: ResourceRef {
+                group: K::group(dyntype).into_owned(),
+                version: K::version(dyntype).into_owned(),
+                resource: K::plural(dyntype).into_owned(),
+            },
+            namespace: String::new(),
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    /// The objects of a type known at run time in `namespace`.
+    pub fn namespaced_with(client: Client, namespace: &str, dyntype: &K::DynamicType) -> Self {
+        Api {
+            namespace: namespace.to_owned(),
+            ..Self::all_with(client, dyntype)
+        }
+    }
+}
+
+impl<K: DeserializeOwned> Api<K> {
+    /// One object by name, from kube-fanout's cache.
+    pub async fn get(&self, name: &str) -> Result<K, ClientError> {
+        let response = self
+            .client
+            .clone()
+            .get(GetRequest {
+                resource: Some(self.resource.clone()),
+                namespace: self.namespace.clone(),
+                name: name.to_owned(),
+            })
+            .await?;
+        decode(&response.object)
+    }
+
+    /// A consistent snapshot of the objects matching the selectors of
+    /// `params` (label and field selectors; the rest has no meaning for a
+    /// cache).
+    pub async fn list(&self, params: &kube::api::ListParams) -> Result<ObjectList<K>, ClientError>
+    where
+        K: Clone,
+    {
+        let response = self
+            .client
+            .clone()
+            .list(ListRequest {
+                resource: Some(self.resource.clone()),
+                namespace: self.namespace.clone(),
+                label_selector: params.label_selector.clone().unwrap_or_default(),
+                field_selector: params.field_selector.clone().unwrap_or_default(),
+            })
+            .await?;
+        Ok(ObjectList {
+            types: kube::core::TypeMeta::default(),
+            metadata: kube::core::ListMeta {
+                resource_version: Some(response.resource_version),
+                ..Default::default()
+            },
+            items: response
+                .objects
+                .iter()
+                .map(|o| decode(o))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+pub(crate) fn decode<K: DeserializeOwned>(json: &str) -> Result<K, ClientError> {
+    serde_json::from_str(json).map_err(|source| ClientError::Decode {
+        kind: std::any::type_name::<K>(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
+    use kube::{api::DynamicObject, discovery::ApiResource};
+
+    #[test]
+    fn parses_resource_names_like_api_paths() {
+        assert_eq!(resource("v1/configmaps").unwrap().group, "");
+        assert_eq!(resource("apps/v1/deployments").unwrap().group, "apps");
+        assert!(resource("deployments").is_err());
+        assert!(resource("/v1/x").is_err());
+    }
+
+    #[tokio::test]
+    async fn api_names_the_resource_of_static_and_dynamic_types() {
+        let client = ClientConfig::new(["127.0.0.1:1"]).build().unwrap();
+        let cms = Api::<ConfigMap>::namespaced(client.clone(), "ns");
+        assert_eq!(cms.resource, resource("v1/configmaps").unwrap());
+        assert_eq!(cms.namespace, "ns");
+        let deploys = Api::<Deployment>::all(client.clone());
+        assert_eq!(deploys.resource, resource("apps/v1/deployments").unwrap());
+        let ar = ApiResource::erase::<Deployment>(&());
+        let dynamic = Api::<DynamicObject>::all_with(client, &ar);
+        assert_eq!(dynamic.resource, deploys.resource);
+    }
+
+    #[test]
+    fn addresses_without_a_scheme_follow_the_tls_setting() {
+        let plain = endpoint("127.0.0.1:50051", None).unwrap();
+        assert_eq!(plain.uri().scheme_str(), Some("http"));
+        let tls = endpoint("fanout:443", Some(&ClientTlsConfig::new())).unwrap();
+        assert_eq!(tls.uri().scheme_str(), Some("https"));
+        assert!(matches!(
+            ClientConfig::new(Vec::<String>::new()).build(),
+            Err(ClientError::NoAddress)
+        ));
+        assert!(matches!(
+            ClientConfig::new(["http://bad host"]).build(),
+            Err(ClientError::Address { .. })
+        ));
+    }
+
+    #[test]
+    fn the_token_travels_as_a_bearer_header_and_is_never_printed() {
+        let mut token = BearerToken::new("s3cret").unwrap();
+        let request = token.call(Request::new(())).unwrap();
+        assert_eq!(
+            request.metadata().get("authorization").unwrap(),
+            "Bearer s3cret"
+        );
+        assert!(!format!("{token:?}").contains("s3cret"));
+        assert!(matches!(
+            BearerToken::new("bad\ntoken"),
+            Err(ClientError::Token(_))
+        ));
+        let none = BearerToken::default().call(Request::new(())).unwrap();
+        assert!(none.metadata().get("authorization").is_none());
+    }
+}

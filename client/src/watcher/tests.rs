@@ -1,0 +1,408 @@
+//! The watch loop against scripted servers, under paused time so the
+//! backoff delays are measured, not waited for.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube_runtime::reflector::store::Writer;
+use tokio::time::Instant;
+
+use super::*;
+use crate::proto::ResourceRef;
+
+/// One `Watch` call's answer.
+enum Session {
+    Refuse(Status),
+    Stream(Vec<Step>),
+}
+
+enum Step {
+    Send(WatchEvent),
+    Sleep(Duration),
+    Fail(Status),
+}
+
+/// A server that answers each watch with the next scripted session and
+/// records what was asked when; once the script is done, watches stay open
+/// and silent.
+#[derive(Clone)]
+struct Script {
+    sessions: Arc<Mutex<VecDeque<Session>>>,
+    opened: Arc<Mutex<Vec<(Instant, WatchRequest)>>>,
+    reconnects: Arc<Mutex<usize>>,
+}
+
+impl Script {
+    fn new(sessions: Vec<Session>) -> Self {
+        Script {
+            sessions: Arc::new(Mutex::new(sessions.into())),
+            opened: Arc::default(),
+            reconnects: Arc::default(),
+        }
+    }
+
+    /// (resource_version, send_initial_events) of each watch opened.
+    fn requests(&self) -> Vec<(String, bool)> {
+        let opened = self.opened.lock().unwrap();
+        opened
+            .iter()
+            .map(|(_, r)| (r.resource_version.clone(), r.send_initial_events))
+            .collect()
+    }
+
+    /// The time between consecutive watch attempts.
+    fn gaps(&self) -> Vec<Duration> {
+        let opened = self.opened.lock().unwrap();
+        opened.windows(2).map(|w| w[1].0 - w[0].0).collect()
+    }
+}
+
+impl Source for Script {
+    async fn open(&mut self, request: WatchRequest) -> Result<EventStream, Status> {
+        self.opened.lock().unwrap().push((Instant::now(), request));
+        match self.sessions.lock().unwrap().pop_front() {
+            None => Ok(futures::stream::pending().boxed()),
+            Some(Session::Refuse(status)) => Err(status),
+            Some(Session::Stream(steps)) => Ok(async_stream::stream! {
+                for step in steps {
+                    match step {
+                        Step::Send(event) => yield Ok(event),
+                        Step::Sleep(d) => tokio::time::sleep(d).await,
+                        Step::Fail(status) => {
+                            yield Err(status);
+                            return;
+                        }
+                    }
+                }
+            }
+            .boxed()),
+        }
+    }
+
+    async fn reconnect(&mut self) -> Result<(), ClientError> {
+        *self.reconnects.lock().unwrap() += 1;
+        Ok(())
+    }
+}
+
+fn event(kind: EventType, name: &str, rv: u64) -> Step {
+    let object = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
+    });
+    Step::Send(WatchEvent {
+        r#type: kind.into(),
+        resource_version: rv.to_string(),
+        object: object.to_string(),
+    })
+}
+
+fn added(name: &str, rv: u64) -> Step {
+    event(EventType::Added, name, rv)
+}
+
+fn modified(name: &str, rv: u64) -> Step {
+    event(EventType::Modified, name, rv)
+}
+
+fn deleted(name: &str, rv: u64) -> Step {
+    event(EventType::Deleted, name, rv)
+}
+
+fn bookmark(rv: u64, end_of_snapshot: bool) -> Step {
+    let annotations = if end_of_snapshot {
+        serde_json::json!({INITIAL_EVENTS_END: "true"})
+    } else {
+        serde_json::json!({})
+    };
+    let object = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"resourceVersion": rv.to_string(), "annotations": annotations},
+    });
+    Step::Send(WatchEvent {
+        r#type: EventType::Bookmark.into(),
+        resource_version: rv.to_string(),
+        object: object.to_string(),
+    })
+}
+
+fn lagged() -> Status {
+    Status::resource_exhausted("subscriber lagged")
+}
+
+/// A readable form of what the caller saw.
+fn show(event: &Result<Event<ConfigMap>, WatchError>) -> String {
+    let name_rv = |cm: &ConfigMap| {
+        format!(
+            "{}@{}",
+            cm.metadata.name.as_deref().unwrap_or("?"),
+            cm.metadata.resource_version.as_deref().unwrap_or("?")
+        )
+    };
+    match event {
+        Ok(Event::Init) => "Init".into(),
+        Ok(Event::InitApply(cm)) => format!("InitApply {}", name_rv(cm)),
+        Ok(Event::InitDone) => "InitDone".into(),
+        Ok(Event::Apply(cm)) => format!("Apply {}", name_rv(cm)),
+        Ok(Event::Delete(cm)) => format!("Delete {}", name_rv(cm)),
+        Err(err) => format!("Err {err}"),
+    }
+}
+
+fn request() -> WatchRequest {
+    WatchRequest {
+        resource: Some(ResourceRef {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+        }),
+        allow_bookmarks: true,
+        ..WatchRequest::default()
+    }
+}
+
+/// The first `n` items the watch yields against `script`.
+async fn first(script: &Script, n: usize) -> Vec<Result<Event<ConfigMap>, WatchError>> {
+    run::<ConfigMap, _>(script.clone(), request())
+        .take(n)
+        .collect()
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_snapshot_is_signalled_like_kube_runtime_then_changes_follow() {
+    let script = Script::new(vec![Session::Stream(vec![
+        added("a", 3),
+        added("b", 4),
+        bookmark(5, true),
+        modified("a", 6),
+        bookmark(7, false),
+        deleted("b", 8),
+    ])]);
+    let seen: Vec<String> = first(&script, 6).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone",
+            "Apply a@6",
+            "Delete b@8"
+        ]
+    );
+    assert_eq!(script.requests(), [(String::new(), true)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_stream_resumes_after_the_last_rv_seen_even_a_bookmark() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            modified("a", 6),
+            bookmark(9, false),
+            Step::Fail(Status::unavailable("shutting down")),
+        ]),
+        Session::Stream(vec![modified("a", 10), Step::Fail(lagged())]),
+        Session::Stream(vec![deleted("a", 11)]),
+    ]);
+    let seen: Vec<String> = first(&script, 6).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Apply a@6",
+            "Apply a@10",
+            "Delete a@11"
+        ],
+        "no gap, no duplicate, no new snapshot"
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("9".into(), false),
+            ("10".into(), false)
+        ]
+    );
+    let gaps = script.gaps();
+    assert!(
+        (Duration::from_millis(800)..Duration::from_millis(1600)).contains(&gaps[0]),
+        "first retry after 0.8 s plus jitter: {gaps:?}"
+    );
+    assert!(
+        (Duration::from_millis(1600)..Duration::from_millis(3200)).contains(&gaps[1]),
+        "second after 1.6 s plus jitter: {gaps:?}"
+    );
+    assert_eq!(*script.reconnects.lock().unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_doubles_to_30s_and_starts_over_after_two_healthy_minutes() {
+    let mut sessions: Vec<Session> = (0..8)
+        .map(|_| Session::Refuse(Status::unavailable("connection refused")))
+        .collect();
+    sessions.push(Session::Stream(vec![
+        bookmark(5, true),
+        Step::Sleep(Duration::from_secs(180)),
+        Step::Fail(Status::unavailable("gone")),
+    ]));
+    let script = Script::new(sessions);
+    // Init, InitDone of the healthy session, then wait for the next attempt.
+    let mut watch = std::pin::pin!(run::<ConfigMap, _>(script.clone(), request()));
+    assert_eq!(show(&watch.next().await.unwrap()), "Init");
+    assert_eq!(show(&watch.next().await.unwrap()), "InitDone");
+    tokio::time::timeout(Duration::from_secs(200), watch.next())
+        .await
+        .expect_err("the script's last watch stays silent");
+
+    let gaps = script.gaps();
+    assert_eq!(gaps.len(), 9, "{gaps:?}");
+    for (gap, base) in gaps
+        .iter()
+        .zip([0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0])
+    {
+        let base = Duration::from_secs_f64(base);
+        assert!(
+            *gap >= base && *gap < base * 2,
+            "{gap:?} outside [{base:?}, {:?}): {gaps:?}",
+            base * 2
+        );
+    }
+    let after_healthy = gaps[8] - Duration::from_secs(180);
+    assert!(
+        after_healthy < Duration::from_millis(1600),
+        "back to 0.8 s after a healthy spell: {after_healthy:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_takes_a_new_snapshot_and_a_reflector_store_follows_it() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            added("b", 4),
+            bookmark(5, true),
+            modified("a", 6),
+            Step::Fail(lagged()),
+        ]),
+        Session::Refuse(Status::out_of_range("resourceVersion 6 is too old")),
+        Session::Stream(vec![added("a", 20), added("c", 21), bookmark(30, true)]),
+    ]);
+    let events = first(&script, 9).await;
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone",
+            "Apply a@6",
+            "Init",
+            "InitApply a@20",
+            "InitApply c@21",
+            "InitDone"
+        ][..],
+        "{seen:?}"
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("6".into(), false),
+            (String::new(), true)
+        ]
+    );
+    assert_eq!(
+        script.gaps()[1],
+        Duration::ZERO,
+        "no backoff before a new snapshot"
+    );
+
+    let mut writer = Writer::<ConfigMap>::default();
+    for event in events.iter().flatten() {
+        writer.apply_watcher_event(event);
+    }
+    let mut names: Vec<String> = writer
+        .as_reader()
+        .state()
+        .iter()
+        .map(|cm| cm.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["a", "c"],
+        "b vanished during the gap: the new snapshot drops it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_break_inside_the_snapshot_starts_it_over() {
+    let script = Script::new(vec![
+        Session::Stream(vec![added("a", 3), Step::Fail(Status::unavailable("gone"))]),
+        Session::Stream(vec![added("a", 3), added("b", 4), bookmark(5, true)]),
+    ]);
+    let seen: Vec<String> = first(&script, 6).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone"
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), (String::new(), true)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_reach_the_caller_and_are_retried_with_backoff() {
+    let script = Script::new(vec![
+        Session::Refuse(Status::not_found("resource v1/nope is not served here")),
+        Session::Stream(vec![bookmark(5, true)]),
+    ]);
+    let seen = first(&script, 3).await;
+    assert!(
+        matches!(&seen[0], Err(WatchError::Refused(s)) if s.code() == Code::NotFound),
+        "{:?}",
+        seen[0]
+    );
+    assert_eq!(
+        seen[1..].iter().map(show).collect::<Vec<_>>(),
+        ["Init", "InitDone"]
+    );
+    assert!(script.gaps()[0] >= Duration::from_millis(800));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_object_is_reported_and_skipped() {
+    let script = Script::new(vec![Session::Stream(vec![
+        bookmark(5, true),
+        Step::Send(WatchEvent {
+            r#type: EventType::Added.into(),
+            resource_version: "6".into(),
+            object: "{\"data\": 42}".into(),
+        }),
+        added("a", 7),
+    ])]);
+    let seen = first(&script, 4).await;
+    assert!(
+        matches!(seen[2], Err(WatchError::Decode(_))),
+        "{:?}",
+        seen[2]
+    );
+    assert_eq!(show(&seen[3]), "Apply a@7");
+}
