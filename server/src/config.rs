@@ -32,13 +32,29 @@ pub struct Config {
     #[arg(long)]
     pub context: Option<String>,
 
-    /// LIST page size (0: one page).
-    #[arg(long, default_value_t = 500)]
-    pub page_size: u32,
+    /// LIST page size (0: one page). Unset follows client-go: pages of 500,
+    /// except no paging for a list at a specific resourceVersion, which the
+    /// watch cache then serves.
+    #[arg(long)]
+    pub page_size: Option<u32>,
 
-    /// Minimum watch timeout in seconds; each watch draws from [min, 2×min).
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Minimum watch timeout in seconds (at least 300, as in client-go);
+    /// each watch draws its timeout from [min, 2×min).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(300..))]
     pub min_watch_timeout_seconds: u64,
+
+    /// Sync with LIST instead of a watch-list stream (sendInitialEvents).
+    #[arg(long)]
+    pub no_watch_list: bool,
+
+    /// How long to retry a watch failing with 500 before relisting, in seconds.
+    #[arg(long, default_value_t = 0)]
+    pub max_internal_error_retry_seconds: u64,
+
+    /// Debug: after each watch-list sync, LIST at the same resourceVersion
+    /// and log every difference.
+    #[arg(long)]
+    pub check_watch_list_consistency: bool,
 
     /// Keep metadata.managedFields instead of dropping them before storing.
     #[arg(long)]
@@ -65,6 +81,9 @@ impl Config {
         ReflectorConfig {
             page_size: self.page_size,
             min_watch_timeout: Duration::from_secs(self.min_watch_timeout_seconds),
+            use_watch_list: !self.no_watch_list,
+            max_internal_error_retry: Duration::from_secs(self.max_internal_error_retry_seconds),
+            check_watch_list_consistency: self.check_watch_list_consistency,
             transform: Transform {
                 strip_managed_fields: !self.keep_managed_fields,
             },

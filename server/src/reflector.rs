@@ -1,22 +1,30 @@
-//! The reflector: keeps one [`Store`] equal to the API server's state of one
-//! resource type, by LIST and then WATCH, the way client-go's reflector does.
+//! The reflector keeps one [`Store`] equal to the API server's state of one
+//! resource type, behaving as client-go's reflector does.
 //!
-//! It is an explicit state machine ([`State`]), one step per method:
+//! It is an explicit state machine: [`Reflector::step`] performs one
+//! [`State`] and returns the next, so tests can drive it one request at a
+//! time. The states and the rules between them:
 //!
-//! - **List**: a (paginated) LIST replaces the store. The first list asks
-//!   for RV "0", which the API server answers from its watch cache; later
-//!   ones ask for the last RV the store synced to; after the server said
-//!   that RV is expired (410) or too large, RV "" (a consistent read).
-//! - **Watch**: a WATCH from the store's RV, with bookmarks and a timeout
-//!   drawn from [min, 2×min) so that many reflectors do not reconnect in
-//!   step. A watch that ends normally is simply reopened from the RV
-//!   reached, without relisting.
-//! - **Backoff**: after a failure, wait (exponential, jittered) before the
-//!   step the failure calls for.
+//! - **WatchList** (when enabled, the default): a WATCH with
+//!   `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`
+//!   streams the current objects into a temporary map until the bookmark
+//!   annotated `k8s.io/initial-events-end`; then the store is replaced and
+//!   the same watch stays open. A server that refuses it makes the
+//!   reflector fall back to List: progress beats deadlock.
+//! - **List**: a LIST replaces the store. The first asks for RV "0" (served
+//!   from the watch cache), later ones for the last synced RV; after an
+//!   Expired (410) or too-large-RV answer the list is retried at once at RV
+//!   "", a consistent read. Pages follow client-go's pager rules.
+//! - **Watch**: a WATCH from the last synced RV with bookmarks and a
+//!   timeout drawn from [min, 2×min). A watch that ends normally is reopened
+//!   from where it got to; connection refused and 429 back off and reopen
+//!   it without relisting; 500s are retried at once up to a deadline; other
+//!   failures (an expired RV, a very short watch) back off and relist.
+//! - **Backoff**: exponential with jitter, reset after a healthy spell.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
-use futures::{AsyncBufReadExt, TryStreamExt};
+use futures::StreamExt;
 use parking_lot::Mutex;
 use rand::Rng;
 use serde::Deserialize;
@@ -29,15 +37,38 @@ use crate::{
     backoff::{Backoff, BackoffConfig},
     object::{Object, ObjectError, ResourceVersion, Transform, TypeMeta},
     store::{EventKind, Store},
+    subscription::INITIAL_EVENTS_END,
+    upstream::{Lines, Upstream, UpstreamError},
 };
+
+/// The smallest minimum watch timeout, as client-go enforces.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The page size when paging is on and none was configured (client-go's pager).
+const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// How long a watch-list may go without its end bookmark after the last
+/// event before the reflector warns.
+const END_BOOKMARK_WARNING: Duration = Duration::from_secs(10);
+
+/// A watch shorter than this that delivered nothing is an error.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// How a reflector talks to the API server.
 #[derive(Debug, Clone, Copy)]
 pub struct ReflectorConfig {
-    /// LIST page size (`limit`); 0 lists in one page.
-    pub page_size: u32,
-    /// Watch timeouts are drawn from [min, 2×min).
+    /// LIST page size. `None` follows client-go: pages of 500 for RV "" and
+    /// "0", and no paging for a specific RV (so the watch cache serves it)
+    /// unless a list at RV "0" came back paginated.
+    pub page_size: Option<u32>,
+    /// Watch timeouts are drawn from [min, 2×min); never below 5 minutes.
     pub min_watch_timeout: Duration,
+    /// Sync with a watch-list stream instead of LIST when the server allows.
+    pub use_watch_list: bool,
+    /// How long to keep retrying a watch that fails with 500 before relisting.
+    pub max_internal_error_retry: Duration,
+    /// After a watch-list sync, LIST at the same RV and log every difference.
+    pub check_watch_list_consistency: bool,
     /// Applied to every object before it is stored.
     pub transform: Transform,
     /// Retry pacing.
@@ -47,8 +78,11 @@ pub struct ReflectorConfig {
 impl Default for ReflectorConfig {
     fn default() -> Self {
         ReflectorConfig {
-            page_size: 500,
-            min_watch_timeout: Duration::from_secs(300),
+            page_size: None,
+            min_watch_timeout: MIN_WATCH_TIMEOUT,
+            use_watch_list: true,
+            max_internal_error_retry: Duration::ZERO,
+            check_watch_list_consistency: false,
             transform: Transform::default(),
             backoff: BackoffConfig::default(),
         }
@@ -58,22 +92,28 @@ impl Default for ReflectorConfig {
 /// What a reflector is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Phase {
-    /// Running a LIST.
+    /// Streaming the initial state with watch-list.
     #[default]
+    WatchListing,
+    /// Running a LIST.
     Listing,
     /// Following a WATCH.
     Watching,
     /// Waiting after a failure.
     BackingOff,
+    /// Stopped.
+    Stopped,
 }
 
 impl Phase {
     /// The phase's name as ListResources shows it.
     pub fn as_str(self) -> &'static str {
         match self {
+            Phase::WatchListing => "watch-listing",
             Phase::Listing => "listing",
             Phase::Watching => "watching",
             Phase::BackingOff => "backing off",
+            Phase::Stopped => "stopped",
         }
     }
 }
@@ -85,90 +125,86 @@ pub struct ReflectorStatus {
     pub phase: Phase,
     /// The last failure, if any.
     pub last_error: Option<String>,
-    /// Watches opened after the first.
-    pub watch_restarts: u64,
+    /// Completed LISTs, and the `resourceVersion` the last one asked for.
+    pub lists: u64,
+    /// The `resourceVersion` parameter of the last LIST ("0", "" or an RV).
+    pub last_list_from: Option<String>,
+    /// Completed watch-list syncs.
+    pub watch_lists: u64,
+    /// Watches opened (watch-lists included).
+    pub watches: u64,
+    /// Failures that led to a backoff.
+    pub failures: u64,
+    /// The last RV the store was synced to.
+    pub last_sync_resource_version: Option<ResourceVersion>,
 }
 
-/// Why one list or watch attempt failed.
+/// Why one step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReflectorError {
-    /// The API server answered with an error status or could not be reached.
-    #[error("request failed: {0}")]
-    Request(#[from] kube::Error),
-    /// The resourceVersion asked for is older than etcd keeps (410 Gone).
-    #[error("resource version expired: {0}")]
-    Expired(String),
-    /// The resourceVersion asked for is newer than the server has.
-    #[error("too large resource version: {0}")]
-    TooLarge(String),
+    /// A request failed.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
     /// A LIST answer that is not a list.
     #[error("could not decode the list: {0}")]
     DecodeList(#[source] serde_json::Error),
-    /// The watch stream broke.
-    #[error("reading the watch stream failed: {0}")]
-    Stream(#[source] std::io::Error),
-    /// The API server sent an ERROR event that is not a 410.
-    #[error("the watch stream carried an error: {0}")]
-    WatchError(String),
+    /// A list or bookmark with an RV that is not a number.
+    #[error(transparent)]
+    ResourceVersion(#[from] ObjectError),
     /// A watch that ended within a second without any event: the server is
     /// in trouble, and reopening at once would spin.
-    #[error("very short watch: the watch closed within 1s and delivered no event")]
+    #[error("very short watch: the watch closed within 1s without delivering an event")]
     VeryShortWatch,
+    /// The watch-list stream ended before its initial-events-end bookmark.
+    #[error("the watch-list stream ended before the initial-events-end bookmark")]
+    WatchListIncomplete,
 }
 
 impl ReflectorError {
-    /// Whether the next LIST must ask for RV "" (a consistent read).
-    fn needs_fresh_list(&self) -> bool {
-        matches!(self, Self::Expired(_) | Self::TooLarge(_))
-    }
-
-    /// Whether the watch can simply be reopened from the RV it reached.
-    fn can_rewatch(&self) -> bool {
+    fn upstream(&self) -> Option<&UpstreamError> {
         match self {
-            Self::VeryShortWatch | Self::Stream(_) => true,
-            Self::Request(kube::Error::Api(s)) => s.code == 429,
-            Self::Request(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
-            _ => false,
+            ReflectorError::Upstream(e) => Some(e),
+            _ => None,
         }
     }
 
-    fn from_status(code: u16, reason: &str, message: &str) -> Option<Self> {
-        let text = format!("{reason}: {message}");
-        if code == 410 || reason == "Expired" || reason == "Gone" {
-            Some(Self::Expired(text))
-        } else if message
-            .to_ascii_lowercase()
-            .contains("too large resource version")
-        {
-            Some(Self::TooLarge(text))
-        } else {
-            None
-        }
+    /// Expired or too large: the RV asked for cannot be served.
+    fn rv_unavailable(&self) -> bool {
+        self.upstream()
+            .is_some_and(|e| e.is_expired() || e.is_too_large_resource_version())
     }
 
-    fn classify(err: kube::Error) -> Self {
-        if let kube::Error::Api(s) = &err
-            && let Some(e) = Self::from_status(s.code, &s.reason, &s.message)
-        {
-            return e;
-        }
-        Self::Request(err)
+    /// Connection refused or 429: worth reopening the watch after a backoff,
+    /// without relisting.
+    fn can_rewatch(&self) -> bool {
+        self.upstream()
+            .is_some_and(|e| e.is_connection_refused() || e.is_too_many_requests())
+    }
+}
+
+/// An open WATCH response.
+pub struct OpenWatch {
+    lines: Lines,
+    started: Instant,
+}
+
+impl fmt::Debug for OpenWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenWatch")
+            .field("started", &self.started)
+            .finish()
     }
 }
 
 /// The reflector's states (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum State {
-    /// LIST at this resourceVersion ("0", "" or a number).
-    List {
-        /// The `resourceVersion` parameter.
-        from: String,
-    },
-    /// WATCH from this resourceVersion.
-    Watch {
-        /// The RV the store is at.
-        from: ResourceVersion,
-    },
+    /// Sync with a watch-list stream.
+    WatchList,
+    /// Sync with a LIST.
+    List,
+    /// Follow a watch: the one given, or a new one from the last synced RV.
+    Watch(Option<OpenWatch>),
     /// Wait, then go on with `then`.
     Backoff {
         /// How long.
@@ -180,13 +216,21 @@ pub enum State {
 
 /// Keeps one store in step with the API server.
 pub struct Reflector {
-    client: kube::Client,
+    upstream: Upstream,
     store: Arc<Store>,
     config: ReflectorConfig,
-    path: String,
     type_meta: TypeMeta,
     status: Arc<Mutex<ReflectorStatus>>,
     backoff: Backoff,
+    /// The RV of the last list, watch event or bookmark applied.
+    last_sync: Option<ResourceVersion>,
+    /// The last list or watch said `last_sync` is expired or too large.
+    last_sync_unavailable: bool,
+    /// A list at RV "0" came back in pages: the watch cache is off for this
+    /// type, so keep paging.
+    paginated_result: bool,
+    /// When a run of internal errors began.
+    internal_errors_since: Option<Instant>,
 }
 
 #[derive(Deserialize)]
@@ -216,35 +260,47 @@ struct RawEvent<'a> {
 struct BookmarkMeta {
     #[serde(default, rename = "resourceVersion")]
     resource_version: String,
+    #[serde(default)]
+    annotations: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]
 struct Bookmark {
+    #[serde(default)]
     metadata: BookmarkMeta,
 }
 
-#[derive(Deserialize, Default)]
-struct ApiStatus {
-    #[serde(default)]
-    code: u16,
-    #[serde(default)]
-    reason: String,
-    #[serde(default)]
-    message: String,
+/// What one watch event did.
+enum Applied {
+    /// Moved the RV; `end` if it was the initial-events-end bookmark.
+    Moved { rv: ResourceVersion, end: bool },
+    /// Logged and skipped.
+    Skipped,
+}
+
+/// Where a watch event goes: the live store, or the temporary map a
+/// watch-list fills before it replaces the store.
+enum Sink<'a> {
+    Store(&'a Store),
+    Initial(&'a mut HashMap<String, Object>),
 }
 
 impl Reflector {
-    /// A reflector filling `store`.
-    pub fn new(client: kube::Client, store: Arc<Store>, config: ReflectorConfig) -> Self {
+    /// A reflector filling `store` through `client`.
+    pub fn new(client: kube::Client, store: Arc<Store>, mut config: ReflectorConfig) -> Self {
+        config.min_watch_timeout = config.min_watch_timeout.max(MIN_WATCH_TIMEOUT);
         let resource = store.resource();
         Reflector {
-            path: resource.url_path(),
+            upstream: Upstream::new(client, resource.url_path()),
             type_meta: resource.type_meta(),
-            client,
             store,
             config,
             status: Arc::default(),
             backoff: Backoff::new(config.backoff),
+            last_sync: None,
+            last_sync_unavailable: false,
+            paginated_result: false,
+            internal_errors_since: None,
         }
     }
 
@@ -253,13 +309,23 @@ impl Reflector {
         self.status.clone()
     }
 
+    /// The state a new reflector, or one that must resync, starts in.
+    pub fn initial_state(&self) -> State {
+        if self.config.use_watch_list {
+            State::WatchList
+        } else {
+            State::List
+        }
+    }
+
     /// Runs until `cancel` fires; stops promptly, mid-request or mid-wait.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut state = State::List { from: "0".into() };
+        let mut state = self.initial_state();
         loop {
             state = tokio::select! {
                 biased;
                 () = cancel.cancelled() => {
+                    self.status.lock().phase = Phase::Stopped;
                     info!("reflector stopped");
                     return;
                 }
@@ -271,8 +337,9 @@ impl Reflector {
     /// Performs one state and returns the next.
     pub async fn step(&mut self, state: State) -> State {
         match state {
-            State::List { from } => self.list_step(from).await,
-            State::Watch { from } => self.watch_step(from).await,
+            State::WatchList => self.watch_list_step().await,
+            State::List => self.list_step().await,
+            State::Watch(open) => self.watch_step(open).await,
             State::Backoff { delay, then } => {
                 self.set_phase(Phase::BackingOff);
                 tokio::time::sleep(delay).await;
@@ -281,89 +348,126 @@ impl Reflector {
         }
     }
 
-    async fn list_step(&mut self, from: String) -> State {
-        self.set_phase(Phase::Listing);
-        match self.list(&from).await {
-            Ok((objects, rv)) => {
-                info!(%rv, objects = objects.len(), "listed");
-                self.store.replace(objects, rv);
-                State::Watch { from: rv }
-            }
-            Err(err) => {
-                let from = if err.needs_fresh_list() {
-                    String::new()
-                } else {
-                    from
-                };
-                self.fail(err, State::List { from })
-            }
-        }
+    fn set_phase(&self, phase: Phase) {
+        self.status.lock().phase = phase;
     }
 
-    async fn watch_step(&mut self, from: ResourceVersion) -> State {
-        self.set_phase(Phase::Watching);
-        let started = Instant::now();
-        let (reached, events, outcome) = self.watch(from).await;
-        match outcome {
-            Ok(()) if events == 0 && started.elapsed() < Duration::from_secs(1) => self.fail(
-                ReflectorError::VeryShortWatch,
-                State::Watch { from: reached },
-            ),
-            Ok(()) => {
-                self.status.lock().watch_restarts += 1;
-                debug!(%reached, events, "watch ended; reopening");
-                State::Watch { from: reached }
-            }
-            Err(err) if err.needs_fresh_list() => self.fail(
-                err,
-                State::List {
-                    from: String::new(),
-                },
-            ),
-            Err(err) if err.can_rewatch() => self.fail(err, State::Watch { from: reached }),
-            Err(err) => self.fail(
-                err,
-                State::List {
-                    from: reached.to_string(),
-                },
-            ),
+    /// Backs off, then goes on with `then`.
+    fn fail(&mut self, err: &ReflectorError, then: State) -> State {
+        let mut delay = self.backoff.next_delay();
+        if let Some(asked) = err.upstream().and_then(UpstreamError::retry_after) {
+            delay = delay.max(asked);
         }
-    }
-
-    fn fail(&mut self, err: ReflectorError, then: State) -> State {
-        let delay = self.backoff.next_delay();
-        warn!(error = %err, ?delay, next = ?then, "reflector step failed");
-        self.status.lock().last_error = Some(err.to_string());
+        warn!(error = %err, ?delay, next = ?then, "reflector backing off");
+        let mut status = self.status.lock();
+        status.last_error = Some(err.to_string());
+        status.failures += 1;
         State::Backoff {
             delay,
             then: Box::new(then),
         }
     }
 
-    fn set_phase(&self, phase: Phase) {
-        self.status.lock().phase = phase;
+    fn synced_to(&mut self, rv: ResourceVersion) {
+        self.last_sync = Some(rv);
+        self.status.lock().last_sync_resource_version = Some(rv);
     }
 
-    fn request(&self, query: &[(&str, &str)]) -> http::Request<Vec<u8>> {
-        let query = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(query)
-            .finish();
-        let mut request = http::Request::new(Vec::new());
-        *request.uri_mut() = format!("{}?{}", self.path, query)
-            .parse()
-            .expect("resource paths and encoded queries form valid URIs");
-        request
+    /// The RV a relist asks for (client-go's relistResourceVersion).
+    fn relist_from(&self) -> String {
+        match (self.last_sync_unavailable, self.last_sync) {
+            (true, _) => String::new(),
+            (false, None) => "0".into(),
+            (false, Some(rv)) => rv.to_string(),
+        }
     }
 
-    /// LISTs every object, following `continue` tokens, and returns them
-    /// with the list's resourceVersion.
-    async fn list(&self, from: &str) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
-        let limit = self.config.page_size.to_string();
+    /// The RV a watch-list asks for (client-go's rewatchResourceVersion).
+    fn rewatch_from(&self) -> String {
+        match (self.last_sync_unavailable, self.last_sync) {
+            (false, Some(rv)) => rv.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    fn watch_timeout(&self) -> String {
+        let min = self.config.min_watch_timeout.as_secs();
+        rand::rng().random_range(min..2 * min).to_string()
+    }
+
+    // ---- List ----
+
+    async fn list_step(&mut self) -> State {
+        self.set_phase(Phase::Listing);
+        let mut from = self.relist_from();
+        let mut outcome = self.list(&from).await;
+        if outcome.as_ref().is_err_and(ReflectorError::rv_unavailable) {
+            // The RV cannot be served: relist at once with a consistent
+            // read rather than back off, so the reflector moves forward.
+            self.last_sync_unavailable = true;
+            from = self.relist_from();
+            outcome = self.list(&from).await;
+        }
+        match outcome {
+            Ok((objects, rv)) => {
+                info!(%rv, from = %from, objects = objects.len(), "listed");
+                self.last_sync_unavailable = false;
+                self.store.replace(objects, rv);
+                self.synced_to(rv);
+                let mut status = self.status.lock();
+                status.lists += 1;
+                status.last_list_from = Some(from);
+                drop(status);
+                State::Watch(None)
+            }
+            Err(err) => {
+                let next = self.initial_state();
+                self.fail(&err, next)
+            }
+        }
+    }
+
+    /// LISTs every object, in pages when the rules say so.
+    async fn list(&mut self, from: &str) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
+        let page_size = match self.config.page_size {
+            Some(size) => size,
+            None if self.paginated_result => DEFAULT_PAGE_SIZE,
+            None if !from.is_empty() && from != "0" => 0,
+            None => DEFAULT_PAGE_SIZE,
+        };
+        match self.list_pages(from, page_size).await {
+            Err(ReflectorError::Upstream(e)) if e.is_expired() && page_size > 0 => {
+                // A continue token expired mid-list (or the first page's RV
+                // did): start over in one page, as client-go's pager does.
+                debug!(error = %e, "paginated list expired; listing in one page");
+                self.list_pages(from, 0)
+                    .await
+                    .map(|(objects, rv, _)| (objects, rv))
+            }
+            Ok((objects, rv, paginated)) => {
+                if from == "0" && paginated {
+                    self.paginated_result = true;
+                }
+                Ok((objects, rv))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Follows `continue` tokens to the end; returns whether there was more
+    /// than one page.
+    async fn list_pages(
+        &self,
+        from: &str,
+        page_size: u32,
+    ) -> Result<(Vec<Object>, ResourceVersion, bool), ReflectorError> {
+        let limit = page_size.to_string();
         let mut continue_token = String::new();
         let mut objects = Vec::new();
+        let mut pages = 0;
         loop {
             let mut query = Vec::new();
-            if self.config.page_size > 0 {
+            if page_size > 0 {
                 query.push(("limit", limit.as_str()));
             }
             if continue_token.is_empty() {
@@ -371,20 +475,13 @@ impl Reflector {
             } else {
                 query.push(("continue", continue_token.as_str()));
             }
-            let text = self
-                .client
-                .request_text(self.request(&query))
-                .await
-                .map_err(ReflectorError::classify)?;
+            let text = self.upstream.list(&query).await?;
             let page: RawList = serde_json::from_str(&text).map_err(ReflectorError::DecodeList)?;
+            pages += 1;
             objects.extend(page.items.iter().filter_map(|raw| self.decode(raw.get())));
             if page.metadata.continue_token.is_empty() {
-                let rv = page
-                    .metadata
-                    .resource_version
-                    .parse()
-                    .map_err(|e: ObjectError| ReflectorError::WatchError(e.to_string()))?;
-                return Ok((objects, rv));
+                let rv = page.metadata.resource_version.parse()?;
+                return Ok((objects, rv, pages > 1));
             }
             continue_token = page.metadata.continue_token;
         }
@@ -401,54 +498,216 @@ impl Reflector {
         }
     }
 
-    /// Follows one WATCH from `from`. Returns the RV reached, the number of
-    /// events seen, and how the watch ended.
-    async fn watch(
-        &self,
-        from: ResourceVersion,
-    ) -> (ResourceVersion, u64, Result<(), ReflectorError>) {
-        let min = self.config.min_watch_timeout.as_secs().max(1);
-        let timeout = rand::rng().random_range(min..2 * min).to_string();
-        let from_text = from.to_string();
-        let request = self.request(&[
-            ("watch", "true"),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", &timeout),
-            ("resourceVersion", &from_text),
-        ]);
-        let mut reached = from;
-        let mut events = 0;
-        let body = match self.client.request_stream(request).await {
-            Ok(body) => body,
-            Err(err) => return (reached, events, Err(ReflectorError::classify(err))),
+    // ---- WatchList ----
+
+    async fn watch_list_step(&mut self) -> State {
+        self.set_phase(Phase::WatchListing);
+        let from = self.rewatch_from();
+        let timeout = self.watch_timeout();
+        let started = Instant::now();
+        self.status.lock().watches += 1;
+        let opened = self
+            .upstream
+            .watch(&[
+                ("watch", "true"),
+                ("allowWatchBookmarks", "true"),
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan"),
+                ("resourceVersion", &from),
+                ("timeoutSeconds", &timeout),
+            ])
+            .await
+            .map_err(ReflectorError::from);
+        let outcome = match opened {
+            Ok(mut lines) => self
+                .stream_initial_events(&mut lines)
+                .await
+                .map(|(objects, rv)| (lines, objects, rv)),
+            Err(err) => Err(err),
         };
-        let mut lines = body.lines();
-        loop {
-            let line = match lines.try_next().await {
-                Ok(Some(line)) => line,
-                Ok(None) => return (reached, events, Ok(())),
-                Err(err) => return (reached, events, Err(ReflectorError::Stream(err))),
-            };
-            if line.trim().is_empty() {
-                continue;
+        match outcome {
+            Ok((lines, objects, rv)) => {
+                info!(%rv, from = %from, objects = objects.len(), "synced with watch-list");
+                self.last_sync_unavailable = false;
+                if self.config.check_watch_list_consistency {
+                    self.check_consistency(&objects, rv).await;
+                }
+                self.store.replace(objects, rv);
+                self.synced_to(rv);
+                self.status.lock().watch_lists += 1;
+                State::Watch(Some(OpenWatch { lines, started }))
             }
-            events += 1;
-            match self.handle_event(&line) {
-                Ok(Some(rv)) => reached = rv,
-                Ok(None) => {}
-                Err(err) => return (reached, events, Err(err)),
+            Err(err) if err.can_rewatch() => self.fail(&err, State::WatchList),
+            Err(err) if err.rv_unavailable() => {
+                debug!(error = %err, "watch-list RV unavailable; retrying at the freshest RV");
+                self.last_sync_unavailable = true;
+                State::WatchList
+            }
+            Err(err) => {
+                warn!(
+                    error = %err,
+                    "the watch-list request failed; falling back to LIST and WATCH, because making progress beats deadlocking"
+                );
+                State::List
             }
         }
     }
 
-    /// Applies one watch event line to the store. Returns the RV it moved
-    /// the store to; malformed or foreign events are logged and skipped.
-    fn handle_event(&self, line: &str) -> Result<Option<ResourceVersion>, ReflectorError> {
+    /// Reads a watch-list's initial events up to the end bookmark.
+    async fn stream_initial_events(
+        &self,
+        lines: &mut Lines,
+    ) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
+        let mut initial = HashMap::new();
+        let mut last_event = Instant::now();
+        loop {
+            let line = match tokio::time::timeout_at(
+                last_event + END_BOOKMARK_WARNING,
+                lines.next(),
+            )
+            .await
+            {
+                Err(_) => {
+                    warn!(
+                        objects = initial.len(),
+                        "the initial-events-end bookmark has not arrived 10s after the last event"
+                    );
+                    last_event = Instant::now();
+                    continue;
+                }
+                Ok(None) => return Err(ReflectorError::WatchListIncomplete),
+                Ok(Some(line)) => line.map_err(UpstreamError::Body)?,
+            };
+            last_event = Instant::now();
+            if let Applied::Moved { rv, end: true } =
+                self.apply(&line, Sink::Initial(&mut initial))?
+            {
+                return Ok((initial.into_values().collect(), rv));
+            }
+        }
+    }
+
+    /// The debug check client-go calls the watch-list consistency detector:
+    /// LIST at exactly the synced RV and log every difference.
+    async fn check_consistency(&self, streamed: &[Object], rv: ResourceVersion) {
+        let rv_text = rv.to_string();
+        let listed = self
+            .upstream
+            .list(&[
+                ("resourceVersion", &rv_text),
+                ("resourceVersionMatch", "Exact"),
+            ])
+            .await;
+        let text = match listed {
+            Ok(text) => text,
+            Err(err) => {
+                warn!(error = %err, "consistency check: the LIST failed");
+                return;
+            }
+        };
+        let Ok(page) = serde_json::from_str::<RawList>(&text) else {
+            warn!("consistency check: the LIST is not a list");
+            return;
+        };
+        let listed: Vec<Object> = page
+            .items
+            .iter()
+            .filter_map(|raw| self.decode(raw.get()))
+            .collect();
+        let differences = differences(streamed, &listed);
+        for difference in &differences {
+            warn!(%rv, %difference, "consistency check: the watch-list differs from a LIST");
+        }
+        info!(%rv, differences = differences.len(), "consistency check done");
+    }
+
+    // ---- Watch ----
+
+    async fn watch_step(&mut self, open: Option<OpenWatch>) -> State {
+        self.set_phase(Phase::Watching);
+        let open = match open {
+            Some(open) => open,
+            None => match self.open_watch().await {
+                Ok(open) => open,
+                Err(err) if err.can_rewatch() => return self.fail(&err, State::Watch(None)),
+                Err(err) => {
+                    let next = self.initial_state();
+                    return self.fail(&err, next);
+                }
+            },
+        };
+        let outcome = self.follow(open).await;
+        if outcome
+            .as_ref()
+            .is_err_and(|e| e.upstream().is_some_and(UpstreamError::is_internal))
+        {
+            let since = *self.internal_errors_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.config.max_internal_error_retry {
+                debug!("retrying the watch after an internal error");
+                return State::Watch(None);
+            }
+        } else {
+            self.internal_errors_since = None;
+        }
+        match outcome {
+            Ok(()) => State::Watch(None),
+            Err(err) if err.can_rewatch() => self.fail(&err, State::Watch(None)),
+            Err(err) => {
+                // An expired RV is not marked unavailable here: a LIST at
+                // the last synced RV may still be served (client-go's rule).
+                let next = self.initial_state();
+                self.fail(&err, next)
+            }
+        }
+    }
+
+    async fn open_watch(&mut self) -> Result<OpenWatch, ReflectorError> {
+        let from = self.last_sync.unwrap_or_default().to_string();
+        let timeout = self.watch_timeout();
+        // The clock starts before the request: some proxies send headers
+        // only with the first event.
+        let started = Instant::now();
+        self.status.lock().watches += 1;
+        let lines = self
+            .upstream
+            .watch(&[
+                ("watch", "true"),
+                ("allowWatchBookmarks", "true"),
+                ("resourceVersion", &from),
+                ("timeoutSeconds", &timeout),
+            ])
+            .await?;
+        Ok(OpenWatch { lines, started })
+    }
+
+    /// Applies a watch's events until it ends.
+    async fn follow(&mut self, mut open: OpenWatch) -> Result<(), ReflectorError> {
+        let mut events = 0u64;
+        while let Some(line) = open.lines.next().await {
+            let line = line.map_err(UpstreamError::Body)?;
+            events += 1;
+            if let Applied::Moved { rv, .. } = self.apply(&line, Sink::Store(&self.store))? {
+                self.synced_to(rv);
+            }
+        }
+        if events == 0 && open.started.elapsed() < VERY_SHORT_WATCH {
+            return Err(ReflectorError::VeryShortWatch);
+        }
+        debug!(events, "watch ended; reopening");
+        Ok(())
+    }
+
+    /// Applies one watch event line. Malformed events and objects of
+    /// another type are logged and skipped; an ERROR event is returned.
+    fn apply(&self, line: &str, sink: Sink<'_>) -> Result<Applied, ReflectorError> {
+        if line.trim().is_empty() {
+            return Ok(Applied::Skipped);
+        }
         let event: RawEvent = match serde_json::from_str(line) {
             Ok(event) => event,
             Err(err) => {
                 warn!(error = %err, "skipping a malformed watch event");
-                return Ok(None);
+                return Ok(Applied::Skipped);
             }
         };
         let kind = match event.kind.as_str() {
@@ -456,41 +715,74 @@ impl Reflector {
             "MODIFIED" => EventKind::Modified,
             "DELETED" => EventKind::Deleted,
             "BOOKMARK" => {
-                let rv = serde_json::from_str::<Bookmark>(event.object.get())
+                let Some(bookmark) = serde_json::from_str::<Bookmark>(event.object.get())
                     .ok()
-                    .and_then(|b| b.metadata.resource_version.parse().ok());
-                let Some(rv) = rv else {
+                    .and_then(|b| {
+                        Some((
+                            b.metadata.resource_version.parse().ok()?,
+                            b.metadata.annotations,
+                        ))
+                    })
+                else {
                     warn!("skipping a bookmark without a usable resourceVersion");
-                    return Ok(None);
+                    return Ok(Applied::Skipped);
                 };
-                self.store.bookmark(rv);
-                return Ok(Some(rv));
+                let (rv, annotations) = bookmark;
+                if let Sink::Store(store) = sink {
+                    store.bookmark(rv);
+                }
+                let end = annotations
+                    .get(INITIAL_EVENTS_END)
+                    .is_some_and(|v| v == "true");
+                return Ok(Applied::Moved { rv, end });
             }
-            "ERROR" => {
-                let status: ApiStatus =
-                    serde_json::from_str(event.object.get()).unwrap_or_default();
-                return Err(ReflectorError::from_status(
-                    status.code,
-                    &status.reason,
-                    &status.message,
-                )
-                .unwrap_or_else(|| {
-                    ReflectorError::WatchError(format!(
-                        "{} {}: {}",
-                        status.code, status.reason, status.message
-                    ))
-                }));
-            }
+            "ERROR" => return Err(UpstreamError::from_watch_error(event.object.get()).into()),
             other => {
                 warn!(event_type = other, "skipping a watch event of unknown type");
-                return Ok(None);
+                return Ok(Applied::Skipped);
             }
         };
         let Some(object) = self.decode(event.object.get()) else {
-            return Ok(None);
+            return Ok(Applied::Skipped);
         };
         let rv = object.resource_version;
-        self.store.apply(kind, object);
-        Ok(Some(rv))
+        match sink {
+            Sink::Store(store) => store.apply(kind, object),
+            Sink::Initial(initial) if kind == EventKind::Deleted => {
+                initial.remove(&object.key);
+            }
+            Sink::Initial(initial) => {
+                initial.insert(object.key.clone(), object);
+            }
+        }
+        Ok(Applied::Moved { rv, end: false })
     }
 }
+
+/// Every way two sets of objects differ, keyed by namespace/name.
+pub fn differences(streamed: &[Object], listed: &[Object]) -> Vec<String> {
+    let streamed: HashMap<&str, &Object> = streamed.iter().map(|o| (o.key.as_str(), o)).collect();
+    let listed: HashMap<&str, &Object> = listed.iter().map(|o| (o.key.as_str(), o)).collect();
+    let mut out: Vec<String> = Vec::new();
+    for (key, s) in &streamed {
+        match listed.get(key) {
+            None => out.push(format!("{key} streamed but not listed")),
+            Some(l) if l.json != s.json => out.push(format!(
+                "{key} differs: streamed RV {}, listed RV {}",
+                s.resource_version, l.resource_version
+            )),
+            Some(_) => {}
+        }
+    }
+    out.extend(
+        listed
+            .keys()
+            .filter(|key| !streamed.contains_key(*key))
+            .map(|key| format!("{key} listed but not streamed")),
+    );
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests;

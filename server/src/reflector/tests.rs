@@ -1,0 +1,549 @@
+//! The reflector against a mock upstream, for the answers a real API server
+//! will not give on cue (429 with Retry-After, 500s, refused connections,
+//! very short watches, expired continue tokens) and for the exact requests
+//! client-go's rules produce. Time is paused: backoffs are measured, not
+//! slept.
+
+use std::{collections::HashMap, time::Duration};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::Frame;
+use tokio::{sync::mpsc, time::Instant};
+use tokio_stream::wrappers::ReceiverStream;
+use tower_test::mock::{Handle, SendResponse};
+
+use super::*;
+use crate::store::tests::configmaps;
+
+type MockBody = BoxBody<Bytes, std::io::Error>;
+type MockHandle = Handle<Request<kube::client::Body>, Response<MockBody>>;
+
+fn setup(config: ReflectorConfig) -> (Reflector, Arc<Store>, MockHandle) {
+    let (service, handle) =
+        tower_test::mock::pair::<Request<kube::client::Body>, Response<MockBody>>();
+    let client = kube::Client::new(service, "default");
+    let store = Arc::new(Store::new(configmaps(), 1000));
+    (Reflector::new(client, store.clone(), config), store, handle)
+}
+
+fn list_watch() -> ReflectorConfig {
+    ReflectorConfig {
+        use_watch_list: false,
+        ..ReflectorConfig::default()
+    }
+}
+
+/// The query of the next request, and the handle to answer it.
+async fn next(
+    handle: &mut MockHandle,
+) -> (HashMap<String, String>, SendResponse<Response<MockBody>>) {
+    let (request, send) = handle.next_request().await.expect("a request");
+    assert_eq!(request.uri().path(), "/api/v1/configmaps");
+    let query = form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect();
+    (query, send)
+}
+
+fn full(status: u16, body: String) -> Response<MockBody> {
+    Response::builder()
+        .status(status)
+        .body(
+            Full::new(Bytes::from(body))
+                .map_err(|never| match never {})
+                .boxed(),
+        )
+        .unwrap()
+}
+
+fn cm(name: &str, rv: u64) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}}}}"#
+    )
+}
+
+fn list(rv: u64, items: &[String], continue_token: &str) -> String {
+    format!(
+        r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}","continue":"{continue_token}"}},"items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+fn event(kind: &str, object: &str) -> String {
+    format!(r#"{{"type":"{kind}","object":{object}}}"#)
+}
+
+fn bookmark(rv: u64, end: bool) -> String {
+    let annotations = if end {
+        r#","annotations":{"k8s.io/initial-events-end":"true"}"#
+    } else {
+        ""
+    };
+    event(
+        "BOOKMARK",
+        &format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#
+        ),
+    )
+}
+
+fn status(code: u16, reason: &str, message: &str) -> String {
+    format!(
+        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code},"reason":"{reason}","message":"{message}"}}"#
+    )
+}
+
+/// A watch response that stays open: send lines with `tx`, drop it to end.
+fn streaming() -> (mpsc::Sender<String>, Response<MockBody>) {
+    let (tx, rx) = mpsc::channel::<String>(16);
+    let frames = ReceiverStream::new(rx).map(|line| Ok(Frame::data(Bytes::from(line + "\n"))));
+    let response = Response::builder()
+        .status(200)
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .unwrap();
+    (tx, response)
+}
+
+fn keys(store: &Store) -> Vec<String> {
+    store
+        .snapshot()
+        .objects
+        .iter()
+        .map(|o| o.key.clone())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_list_is_at_rv_0_and_the_watch_starts_at_its_rv_with_bookmarks() {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move {
+        let watch = reflector.step(State::List).await;
+        reflector.step(watch).await;
+        reflector
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query.get("resourceVersion").map(String::as_str), Some("0"));
+    assert_eq!(query.get("limit").map(String::as_str), Some("500"));
+    send.send_response(full(200, list(10, &[cm("a", 5)], "")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["watch"], "true");
+    assert_eq!(query["resourceVersion"], "10");
+    assert_eq!(query["allowWatchBookmarks"], "true");
+    let timeout: u64 = query["timeoutSeconds"].parse().unwrap();
+    assert!(
+        (300..600).contains(&timeout),
+        "timeout {timeout} outside [300, 600)"
+    );
+    let lines = [event("ADDED", &cm("b", 11)), bookmark(12, false)].join("\n");
+    send.send_response(full(200, lines));
+    let reflector = run.await.unwrap();
+    assert_eq!(keys(&store), ["ns/a", "ns/b"]);
+    assert_eq!(store.head().resource_version, ResourceVersion(12));
+    assert_eq!(
+        reflector.status.lock().last_sync_resource_version,
+        Some(ResourceVersion(12))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_timeouts_are_drawn_from_min_to_twice_min_and_min_is_never_below_five_minutes() {
+    let (reflector, _, _) = setup(ReflectorConfig {
+        min_watch_timeout: Duration::from_secs(10),
+        ..list_watch()
+    });
+    assert_eq!(reflector.config.min_watch_timeout, MIN_WATCH_TIMEOUT);
+    let (reflector, _, _) = setup(ReflectorConfig {
+        min_watch_timeout: Duration::from_secs(1000),
+        ..list_watch()
+    });
+    let drawn: Vec<u64> = (0..200)
+        .map(|_| reflector.watch_timeout().parse().unwrap())
+        .collect();
+    assert!(drawn.iter().all(|t| (1000..2000).contains(t)), "{drawn:?}");
+    assert!(
+        drawn.iter().any(|t| *t < 1500) && drawn.iter().any(|t| *t >= 1500),
+        "not spread: {drawn:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_asks_for_the_last_synced_rv_unpaged_and_after_expired_relists_at_once_at_rv_empty()
+ {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(40));
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::List).await;
+        (reflector, next)
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query.get("resourceVersion").map(String::as_str), Some("40"));
+    assert_eq!(
+        query.get("limit"),
+        None,
+        "a list at a specific RV is not paged"
+    );
+    send.send_response(full(
+        410,
+        status(410, "Expired", "too old resource version: 40 (50)"),
+    ));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query.get("resourceVersion").map(String::as_str), Some(""));
+    assert_eq!(query.get("limit").map(String::as_str), Some("500"));
+    send.send_response(full(200, list(60, &[cm("a", 55)], "")));
+    let (reflector, next_state) = run.await.unwrap();
+    assert!(matches!(next_state, State::Watch(None)));
+    assert_eq!(store.head().resource_version, ResourceVersion(60));
+    assert!(
+        !reflector.last_sync_unavailable,
+        "the flag clears after a successful list"
+    );
+    assert_eq!(reflector.status.lock().last_list_from.as_deref(), Some(""));
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_large_resource_version_in_its_old_timeout_form_also_relists_at_rv_empty() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(40));
+    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(
+        504,
+        status(
+            504,
+            "Timeout",
+            "Too large resource version: 40, current: 30",
+        ),
+    ));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "");
+    send.send_response(full(200, list(30, &[], "")));
+    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_paging() {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move {
+        reflector.step(State::List).await;
+        reflector.step(State::List).await;
+        reflector
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["resourceVersion"].as_str(), query["limit"].as_str()),
+        ("0", "500")
+    );
+    send.send_response(full(200, list(10, &[cm("a", 5)], "token-1")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query.get("continue").map(String::as_str), Some("token-1"));
+    assert_eq!(
+        query.get("resourceVersion"),
+        None,
+        "continue pages carry no RV"
+    );
+    send.send_response(full(200, list(10, &[cm("b", 6)], "")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "10");
+    assert_eq!(
+        query.get("limit").map(String::as_str),
+        Some("500"),
+        "paging stays on"
+    );
+    send.send_response(full(200, list(12, &[cm("b", 6)], "")));
+    let reflector = run.await.unwrap();
+    assert!(reflector.paginated_result);
+    assert_eq!(keys(&store), ["ns/b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_page_size_is_used_for_every_list() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        page_size: Some(7),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(3));
+    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["resourceVersion"].as_str(), query["limit"].as_str()),
+        ("3", "7")
+    );
+    send.send_response(full(200, list(3, &[], "")));
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_continue_token_falls_back_to_a_full_list() {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(200, list(10, &[cm("a", 5)], "token-1")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["continue"], "token-1");
+    send.send_response(full(
+        410,
+        status(410, "Expired", "The provided continue parameter is too old"),
+    ));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query.get("limit"), None, "the fallback is one full list");
+    assert_eq!(query["resourceVersion"], "0");
+    send.send_response(full(200, list(11, &[cm("a", 5), cm("b", 11)], "")));
+    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    assert_eq!(keys(&store), ["ns/a", "ns/b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_many_requests_backs_off_at_least_retry_after_and_rewatches_without_relisting() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move {
+        let backoff = reflector.step(State::Watch(None)).await;
+        let started = Instant::now();
+        let next = reflector.step(backoff).await;
+        (started.elapsed(), next)
+    });
+    let (_, send) = next(&mut handle).await;
+    let mut response = full(429, status(429, "TooManyRequests", "slow down"));
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, "7".parse().unwrap());
+    send.send_response(response);
+    let (waited, next_state) = run.await.unwrap();
+    assert!(waited >= Duration::from_secs(7), "waited only {waited:?}");
+    assert!(matches!(next_state, State::Watch(None)), "{next_state:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_backs_off_and_rewatches_from_the_last_rv() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move {
+        let backoff = reflector.step(State::Watch(None)).await;
+        let State::Backoff { delay, then } = backoff else {
+            panic!("expected a backoff, got {backoff:?}")
+        };
+        reflector.step(*then).await;
+        delay
+    });
+    let (_, send) = next(&mut handle).await;
+    send.send_error(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        query["watch"], "true",
+        "no relist after a refused connection"
+    );
+    assert_eq!(query["resourceVersion"], "10");
+    send.send_response(full(200, bookmark(11, false)));
+    let delay = run.await.unwrap();
+    assert!(
+        (Duration::from_millis(800)..=Duration::from_millis(1600)).contains(&delay),
+        "{delay:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn internal_errors_are_retried_at_once_until_the_deadline_then_relist() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move {
+        let mut states = Vec::new();
+        for _ in 0..2 {
+            states.push(reflector.step(State::Watch(None)).await);
+            tokio::time::sleep(Duration::from_secs(35)).await;
+        }
+        states
+    });
+    for _ in 0..2 {
+        let (_, send) = next(&mut handle).await;
+        send.send_response(full(
+            200,
+            event("ERROR", &status(500, "InternalError", "etcd hiccup")),
+        ));
+    }
+    let states = run.await.unwrap();
+    assert!(
+        matches!(states[0], State::Watch(None)),
+        "retried at once: {:?}",
+        states[0]
+    );
+    assert!(
+        matches!(&states[1], State::Backoff { then, .. } if matches!(**then, State::List)),
+        "past the deadline: {:?}",
+        states[1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_very_short_watch_is_an_error_that_backs_off_and_relists() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(200, String::new()));
+    let next_state = run.await.unwrap();
+    assert!(
+        matches!(&next_state, State::Backoff { then, .. } if matches!(**then, State::List)),
+        "{next_state:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_times_out_normally_is_reopened_from_where_it_got_to() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::Watch(None)).await;
+        reflector.step(next).await
+    });
+    let (_, send) = next(&mut handle).await;
+    let (tx, response) = streaming();
+    send.send_response(response);
+    tx.send(event("ADDED", &cm("a", 11))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(tx);
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["watch"].as_str(), query["resourceVersion"].as_str()),
+        ("true", "11")
+    );
+    send.send_response(full(200, bookmark(12, false)));
+    run.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn foreign_kinds_tables_and_malformed_events_are_skipped_and_the_watch_goes_on() {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let (_, send) = next(&mut handle).await;
+    let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns","resourceVersion":"11"}}"#;
+    let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"t","resourceVersion":"12"}}"#;
+    let lines = [
+        event("ADDED", secret),
+        event("ADDED", table),
+        "{not json".to_owned(),
+        event("SURPRISE", &cm("x", 13)),
+        event("ADDED", &cm("kept", 14)),
+    ]
+    .join("\n");
+    send.send_response(full(200, lines));
+    run.await.unwrap();
+    assert_eq!(keys(&store), ["ns/kept"]);
+    assert_eq!(store.head().resource_version, ResourceVersion(14));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_keeps_the_watch() {
+    let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
+    store.replace(vec![], ResourceVersion(1));
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::WatchList).await;
+        assert!(matches!(next, State::Watch(Some(_))), "{next:?}");
+        reflector.step(next).await;
+        reflector
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["sendInitialEvents"], "true");
+    assert_eq!(query["resourceVersionMatch"], "NotOlderThan");
+    assert_eq!(
+        query["resourceVersion"], "",
+        "no synced RV yet: the freshest state"
+    );
+    assert_eq!(query["allowWatchBookmarks"], "true");
+    let (tx, response) = streaming();
+    send.send_response(response);
+    tx.send(event("ADDED", &cm("a", 5))).await.unwrap();
+    tx.send(event("ADDED", &cm("b", 6))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        keys(&store).is_empty(),
+        "nothing reaches the store before the end bookmark"
+    );
+    tx.send(bookmark(8, true)).await.unwrap();
+    tx.send(event("DELETED", &cm("a", 9))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(tx);
+    let reflector = run.await.unwrap();
+    assert_eq!(keys(&store), ["ns/b"]);
+    assert_eq!(store.head().resource_version, ResourceVersion(9));
+    let status = reflector.status.lock().clone();
+    assert_eq!(
+        (status.watch_lists, status.lists, status.watches),
+        (1, 0, 1),
+        "one request did it all"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_watch_list_falls_back_to_list_and_watch() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
+    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(
+        422,
+        status(
+            422,
+            "Invalid",
+            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ),
+    ));
+    assert!(matches!(run.await.unwrap(), State::List));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_watch_list_rv_retries_at_the_freshest_rv() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
+    reflector.synced_to(ResourceVersion(40));
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::WatchList).await;
+        assert!(matches!(next, State::WatchList), "{next:?}");
+        reflector.step(next).await
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "40");
+    send.send_response(full(410, status(410, "Expired", "too old")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "");
+    send.send_response(full(200, bookmark(50, true)));
+    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reflector_stops_promptly_when_cancelled_mid_request() {
+    let (reflector, _, mut handle) = setup(list_watch());
+    let status = reflector.status();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(reflector.run(cancel.clone()));
+    let (_, _send) = next(&mut handle).await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(1), run)
+        .await
+        .expect("stopped within a second")
+        .unwrap();
+    assert_eq!(status.lock().phase, Phase::Stopped);
+}
+
+#[test]
+fn differences_name_every_missing_extra_and_changed_object() {
+    let meta = TypeMeta {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+    };
+    let obj = |name: &str, rv: u64| {
+        Object::from_json(&cm(name, rv), &meta, Transform::default()).unwrap()
+    };
+    let found = differences(&[obj("a", 1), obj("b", 2)], &[obj("b", 3), obj("c", 4)]);
+    assert_eq!(
+        found,
+        [
+            "ns/a streamed but not listed",
+            "ns/b differs: streamed RV 2, listed RV 3",
+            "ns/c listed but not streamed"
+        ]
+    );
+}
