@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Fanout {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// What it was started with, to start it again.
+    pub options: ServerOptions,
     running: Option<Running>,
     cancel: CancellationToken,
 }
@@ -44,11 +46,22 @@ impl Fanout {
             limits: Limits::default(),
         };
         adjust(&mut options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on(client, "127.0.0.1:0".parse()?, options).await
+    }
+
+    /// Starts kube-fanout on `addr`: the address of one that was stopped
+    /// restarts it in place, as a restarted pod behind the same Service.
+    pub async fn start_on(
+        client: kube::Client,
+        addr: SocketAddr,
+        options: ServerOptions,
+    ) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let cancel = CancellationToken::new();
-        let running = server::start(client, listener, options, cancel.clone()).await?;
+        let running = server::start(client, listener, options.clone(), cancel.clone()).await?;
         Ok(Fanout {
             addr: running.local_addr,
+            options,
             running: Some(running),
             cancel,
         })
