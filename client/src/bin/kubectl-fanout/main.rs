@@ -1,0 +1,368 @@
+//! kubectl-fanout: look into a kube-fanout server the way kubectl looks
+//! into an API server. Installed on `PATH` it is also `kubectl fanout`.
+//!
+//! Exit codes: 0 success, 1 the server refused or failed the request,
+//! 2 bad usage, 3 no server reachable, 4 unknown resource type, 5 object
+//! not found.
+
+mod output;
+
+use std::{
+    io::Write,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Parser, Subcommand};
+use futures::StreamExt;
+use kube_fanout_client::{
+    Certificate, Client, ClientConfig, ClientError, ClientTlsConfig,
+    proto::{EventType, GetRequest, ResourceRef, ResourceStatus, WatchRequest},
+    watcher::INITIAL_EVENTS_END,
+};
+use output::{Format, Printer};
+use serde_json::Value;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-fanout",
+    version,
+    about = "Inspect a kube-fanout server"
+)]
+struct Cli {
+    /// kube-fanout addresses (host:port or URL), tried in order.
+    #[arg(
+        long = "server",
+        short = 's',
+        env = "KUBE_FANOUT_SERVER",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:50051",
+        global = true
+    )]
+    servers: Vec<String>,
+    /// Bearer token sent with every request.
+    #[arg(long, env = "KUBE_FANOUT_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Use TLS (implied by https:// addresses, --ca-file and --tls-server-name).
+    #[arg(long, global = true)]
+    tls: bool,
+    /// PEM file of the CA that signed the server's certificate (default:
+    /// the system's roots).
+    #[arg(long, global = true)]
+    ca_file: Option<std::path::PathBuf>,
+    /// Name to verify the server's certificate against.
+    #[arg(long, global = true)]
+    tls_server_name: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The served resource types: sync state, resourceVersion, objects,
+    /// subscribers.
+    Resources {
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Lists objects of TYPE (v1/configmaps, configmaps, ConfigMap,
+    /// deployments.apps ...).
+    List {
+        /// The resource type.
+        r#type: String,
+        #[command(flatten)]
+        scope: Scope,
+        /// Label selector.
+        #[arg(long, short = 'l', default_value = "")]
+        selector: String,
+        /// Field selector (metadata.name, metadata.namespace).
+        #[arg(long, default_value = "")]
+        field_selector: String,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Shows one object.
+    Get {
+        /// The resource type.
+        r#type: String,
+        /// The object's name.
+        name: String,
+        /// Namespace of the object.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Streams the changes of TYPE: the current objects first, or with
+    /// --since only the changes after that resourceVersion.
+    Watch {
+        /// The resource type.
+        r#type: String,
+        #[command(flatten)]
+        scope: Scope,
+        /// Label selector.
+        #[arg(long, short = 'l', default_value = "")]
+        selector: String,
+        /// Print only the changes after this resourceVersion.
+        #[arg(long)]
+        since: Option<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Scope {
+    /// Namespace to look in.
+    #[arg(long, short = 'n', default_value = "default")]
+    namespace: String,
+    /// Look in every namespace.
+    #[arg(long, short = 'A')]
+    all_namespaces: bool,
+}
+
+#[derive(Debug, Args)]
+struct OutputArg {
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// A TYPE the server does not serve.
+#[derive(Debug, thiserror::Error)]
+#[error("the server doesn't have a resource type {asked:?}; served: {served}")]
+struct UnknownType {
+    asked: String,
+    served: String,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<UnknownType>().is_some() {
+        return 4;
+    }
+    match err.downcast_ref::<ClientError>() {
+        Some(e) if e.is_unreachable() => 3,
+        Some(ClientError::Status(s)) if s.code() == tonic::Code::NotFound => 5,
+        _ => 1,
+    }
+}
+
+async fn connect(cli: &Cli) -> Result<Client> {
+    let mut config = ClientConfig::new(cli.servers.iter().cloned());
+    if cli.tls || cli.ca_file.is_some() || cli.tls_server_name.is_some() {
+        let mut tls = ClientTlsConfig::new();
+        tls = match &cli.ca_file {
+            Some(path) => tls.ca_certificate(Certificate::from_pem(
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+            )),
+            None => tls.with_native_roots(),
+        };
+        if let Some(name) = &cli.tls_server_name {
+            tls = tls.domain_name(name);
+        }
+        config = config.tls(tls);
+    }
+    if let Some(token) = &cli.token {
+        config = config.bearer_token(token);
+    }
+    let client = config.connect().await.map_err(|e| {
+        anyhow!(e).context("is kube-fanout running there? Set --server or KUBE_FANOUT_SERVER")
+    })?;
+    Ok(client)
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let mut client = connect(&cli).await?;
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Resources { output } => {
+            let resources = client.list_resources().await?.resources;
+            Printer::new(output.output).resources(&mut out, &resources)?;
+        }
+        Command::List {
+            r#type,
+            scope,
+            selector,
+            field_selector,
+            output,
+        } => {
+            let served = resolve(&mut client, &r#type).await?;
+            let namespace = scope.namespace_for(&served);
+            let (resource_version, objects) = list(
+                &mut client,
+                WatchRequest {
+                    resource: served.resource.clone(),
+                    namespace: namespace.clone(),
+                    label_selector: selector,
+                    field_selector,
+                    send_initial_events: true,
+                    allow_bookmarks: true,
+                    ..WatchRequest::default()
+                },
+                &r#type,
+            )
+            .await?;
+            if objects.is_empty() && output.output == Format::Table {
+                match namespace.as_str() {
+                    "" => eprintln!("No resources found"),
+                    ns => eprintln!("No resources found in {ns} namespace."),
+                }
+            }
+            Printer::new(output.output)
+                .with_namespace(namespace.is_empty() && served.namespaced)
+                .list(&mut out, &resource_version, &objects)?;
+        }
+        Command::Get {
+            r#type,
+            name,
+            namespace,
+            output,
+        } => {
+            let served = resolve(&mut client, &r#type).await?;
+            let namespace = if served.namespaced {
+                namespace
+            } else {
+                String::new()
+            };
+            let object = client
+                .get(GetRequest {
+                    resource: served.resource.clone(),
+                    namespace,
+                    name,
+                })
+                .await?;
+            let object: Value = serde_json::from_str(&object.object)?;
+            Printer::new(output.output).object(&mut out, &object)?;
+        }
+        Command::Watch {
+            r#type,
+            scope,
+            selector,
+            since,
+            output,
+        } => {
+            let served = resolve(&mut client, &r#type).await?;
+            let namespace = scope.namespace_for(&served);
+            let request = WatchRequest {
+                resource: served.resource.clone(),
+                namespace: namespace.clone(),
+                label_selector: selector,
+                send_initial_events: since.is_none(),
+                resource_version: since.unwrap_or_default(),
+                ..WatchRequest::default()
+            };
+            let mut events = client.watch(request).await?;
+            let mut printer = Printer::new(output.output)
+                .with_namespace(namespace.is_empty() && served.namespaced);
+            while let Some(event) = events.next().await {
+                let event = event.map_err(ClientError::from)?;
+                if event.r#type() == EventType::Bookmark {
+                    continue;
+                }
+                let object: Value = serde_json::from_str(&event.object)?;
+                printer.event(&mut out, event.r#type(), &event.resource_version, &object)?;
+                out.flush()?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+impl Scope {
+    fn namespace_for(&self, served: &ResourceStatus) -> String {
+        if self.all_namespaces || !served.namespaced {
+            String::new()
+        } else {
+            self.namespace.clone()
+        }
+    }
+}
+
+fn path(r: &ResourceRef) -> String {
+    if r.group.is_empty() {
+        format!("{}/{}", r.version, r.resource)
+    } else {
+        format!("{}/{}/{}", r.group, r.version, r.resource)
+    }
+}
+
+/// Finds TYPE among the served types as kubectl would: by API path, plural
+/// resource name, `resource.group`, or kind, ignoring case.
+async fn resolve(client: &mut Client, asked: &str) -> Result<ResourceStatus> {
+    let served = client.list_resources().await?.resources;
+    let wanted = asked.to_ascii_lowercase();
+    let found = served.iter().find(|s| {
+        let r = s.resource.clone().unwrap_or_default();
+        wanted == path(&r)
+            || wanted == r.resource
+            || wanted == format!("{}.{}", r.resource, r.group)
+            || wanted == s.kind.to_ascii_lowercase()
+    });
+    found.cloned().ok_or_else(|| {
+        UnknownType {
+            asked: asked.to_owned(),
+            served: served
+                .iter()
+                .map(|s| path(&s.resource.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+        .into()
+    })
+}
+
+/// How often progress is reported while a snapshot streams.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Reads a snapshot through Watch, which streams (a unary List would
+/// arrive in one piece with nothing to show meanwhile), reporting progress
+/// on stderr when it takes a while.
+async fn list(
+    client: &mut Client,
+    request: WatchRequest,
+    what: &str,
+) -> Result<(String, Vec<Value>)> {
+    let mut events = client.watch(request).await?;
+    let mut objects = Vec::new();
+    let started = Instant::now();
+    let mut reported = started;
+    while let Some(event) = events.next().await {
+        let event = event.map_err(ClientError::from)?;
+        let object: Value = serde_json::from_str(&event.object)?;
+        if event.r#type() == EventType::Bookmark {
+            if object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true" {
+                if reported != started {
+                    eprintln!(
+                        "{what}: {} objects in {:.1?}",
+                        objects.len(),
+                        started.elapsed()
+                    );
+                }
+                return Ok((event.resource_version, objects));
+            }
+            continue;
+        }
+        objects.push(object);
+        if reported.elapsed() >= PROGRESS_EVERY {
+            reported = Instant::now();
+            eprintln!("{what}: {} objects so far...", objects.len());
+        }
+    }
+    Err(anyhow!(
+        "the server ended the stream before the end of the snapshot"
+    ))
+}

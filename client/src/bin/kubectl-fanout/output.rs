@@ -1,0 +1,288 @@
+//! Printing like kubectl: aligned tables by default, or JSON or YAML.
+
+use std::io::Write;
+
+use anyhow::Result;
+use k8s_openapi::jiff::Timestamp;
+use kube_fanout_client::proto::{EventType, ResourceStatus, SyncState};
+use serde_json::{Value, json};
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns.
+    Table,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// Prints in one format.
+pub struct Printer {
+    format: Format,
+    namespace_column: bool,
+    /// For watch tables: whether the header is out.
+    header_done: bool,
+}
+
+impl Printer {
+    /// A printer in `format`.
+    pub fn new(format: Format) -> Self {
+        Printer {
+            format,
+            namespace_column: false,
+            header_done: false,
+        }
+    }
+
+    /// Adds a NAMESPACE column to tables (when listing every namespace).
+    pub fn with_namespace(mut self, on: bool) -> Self {
+        self.namespace_column = on;
+        self
+    }
+
+    fn value(&self, out: &mut impl Write, value: &Value) -> Result<()> {
+        match self.format {
+            Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
+            Format::Yaml => write!(out, "{}", serde_yaml::to_string(value)?)?,
+            Format::Table => unreachable!("tables are printed by the callers"),
+        }
+        Ok(())
+    }
+
+    /// The served resource types.
+    pub fn resources(&self, out: &mut impl Write, resources: &[ResourceStatus]) -> Result<()> {
+        if self.format != Format::Table {
+            let items: Vec<Value> = resources.iter().map(resource_json).collect();
+            return self.value(out, &json!({ "resources": items }));
+        }
+        let mut rows = vec![row([
+            "RESOURCE",
+            "KIND",
+            "SYNC",
+            "RESOURCEVERSION",
+            "OBJECTS",
+            "SUBSCRIBERS",
+            "REFLECTOR",
+        ])];
+        for r in resources {
+            rows.push(vec![
+                resource_path(r),
+                r.kind.clone(),
+                sync_state(r).to_owned(),
+                r.resource_version.clone(),
+                r.objects.to_string(),
+                r.subscribers.to_string(),
+                r.reflector_phase.clone(),
+            ]);
+        }
+        table(out, &rows)
+    }
+
+    /// A snapshot of objects.
+    pub fn list(
+        &self,
+        out: &mut impl Write,
+        resource_version: &str,
+        objects: &[Value],
+    ) -> Result<()> {
+        if self.format != Format::Table {
+            return self.value(
+                out,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "metadata": {"resourceVersion": resource_version},
+                    "items": objects,
+                }),
+            );
+        }
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let mut rows = vec![self.object_header()];
+        rows.extend(objects.iter().map(|o| self.object_row(o)));
+        table(out, &rows)
+    }
+
+    /// One object.
+    pub fn object(&self, out: &mut impl Write, object: &Value) -> Result<()> {
+        if self.format != Format::Table {
+            return self.value(out, object);
+        }
+        table(out, &[self.object_header(), self.object_row(object)])
+    }
+
+    /// One watch event; in a table each is a row, the header printed once.
+    pub fn event(
+        &mut self,
+        out: &mut impl Write,
+        kind: EventType,
+        resource_version: &str,
+        object: &Value,
+    ) -> Result<()> {
+        let kind = kind.as_str_name();
+        match self.format {
+            Format::Json => writeln!(out, "{}", json!({"type": kind, "object": object}))?,
+            Format::Yaml => write!(
+                out,
+                "---\n{}",
+                serde_yaml::to_string(&json!({"type": kind, "object": object}))?
+            )?,
+            Format::Table => {
+                // Rows stream, so columns cannot be measured: fixed widths.
+                if !self.header_done {
+                    self.header_done = true;
+                    writeln!(out, "{:<10} {:<12} NAME", "EVENT", "RV")?;
+                }
+                writeln!(
+                    out,
+                    "{kind:<10} {resource_version:<12} {}",
+                    qualified_name(object)
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn object_header(&self) -> Vec<String> {
+        let mut header = row(["NAME", "RESOURCEVERSION", "AGE"]);
+        if self.namespace_column {
+            header.insert(0, "NAMESPACE".into());
+        }
+        header
+    }
+
+    fn object_row(&self, object: &Value) -> Vec<String> {
+        let meta = &object["metadata"];
+        let mut cells = vec![
+            text(&meta["name"]),
+            text(&meta["resourceVersion"]),
+            age(&meta["creationTimestamp"]),
+        ];
+        if self.namespace_column {
+            cells.insert(0, text(&meta["namespace"]));
+        }
+        cells
+    }
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| (*c).to_owned()).collect()
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or("").to_owned()
+}
+
+fn qualified_name(object: &Value) -> String {
+    let meta = &object["metadata"];
+    match meta["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{}", text(&meta["name"])),
+        None => text(&meta["name"]),
+    }
+}
+
+fn resource_path(r: &ResourceStatus) -> String {
+    let gvr = r.resource.clone().unwrap_or_default();
+    if gvr.group.is_empty() {
+        format!("{}/{}", gvr.version, gvr.resource)
+    } else {
+        format!("{}/{}/{}", gvr.group, gvr.version, gvr.resource)
+    }
+}
+
+fn sync_state(r: &ResourceStatus) -> &'static str {
+    match r.sync_state() {
+        SyncState::Synced => "Synced",
+        SyncState::Syncing => "Syncing",
+        SyncState::Unspecified => "Unknown",
+    }
+}
+
+fn resource_json(r: &ResourceStatus) -> Value {
+    json!({
+        "resource": resource_path(r),
+        "kind": r.kind,
+        "namespaced": r.namespaced,
+        "syncState": sync_state(r),
+        "resourceVersion": r.resource_version,
+        "objects": r.objects,
+        "subscribers": r.subscribers,
+        "reflectorPhase": r.reflector_phase,
+        "lastError": r.last_error,
+        "oldestResumableResourceVersion": r.oldest_resumable_resource_version,
+        "relists": r.relists,
+    })
+}
+
+/// kubectl's short ages: 42s, 7m, 3h, 12d.
+fn age(created: &Value) -> String {
+    let Some(created) = created.as_str().and_then(|t| t.parse::<Timestamp>().ok()) else {
+        return "<unknown>".into();
+    };
+    let secs = (Timestamp::now().as_second() - created.as_second()).max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// Left-aligned columns three spaces apart, as kubectl prints them.
+fn table(out: &mut impl Write, rows: &[Vec<String>]) -> Result<()> {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        writeln!(out, "{}", line.join("   ").trim_end())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_like_kubectl() {
+        let mut out = Vec::new();
+        table(
+            &mut out,
+            &[
+                row(["NAME", "AGE"]),
+                row(["a-long-name", "5s"]),
+                row(["b", "12d"]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "NAME          AGE\na-long-name   5s\nb             12d\n"
+        );
+    }
+
+    #[test]
+    fn ages_are_short() {
+        let ago = |s: i64| {
+            json!(
+                Timestamp::from_second(Timestamp::now().as_second() - s)
+                    .unwrap()
+                    .to_string()
+            )
+        };
+        assert_eq!(age(&ago(42)), "42s");
+        assert_eq!(age(&ago(7 * 60)), "7m");
+        assert_eq!(age(&ago(3 * 3600)), "3h");
+        assert_eq!(age(&ago(12 * 86400)), "12d");
+        assert_eq!(age(&Value::Null), "<unknown>");
+    }
+}

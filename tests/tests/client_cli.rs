@@ -1,0 +1,282 @@
+//! kubectl-fanout against a real kube-fanout and API server: every
+//! command's output, and the errors a person meets.
+
+use anyhow::Result;
+use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_kubectl-fanout-under-test");
+
+async fn cli(server: &str, args: &[&str]) -> Result<(i32, String, String)> {
+    let out = tokio::process::Command::new(CLI)
+        .args(["--server", server])
+        .args(args)
+        .env_remove("KUBE_FANOUT_SERVER")
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The cells of a table's lines, split on runs of spaces.
+fn cells(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let kube = cp.client.clone();
+    create_namespace(&kube, "cli").await?;
+    let alpha = create_configmap(&kube, "cli", "alpha", "1").await?;
+    let beta = create_configmap(&kube, "cli", "beta", "2").await?;
+    let fanout = Fanout::start(kube.clone(), &["v1/configmaps"]).await?;
+    fanout.wait_synced().await?;
+    let server = fanout.addr.to_string();
+
+    // resources
+    let (code, out, err) = cli(&server, &["resources"]).await?;
+    assert_eq!(code, 0, "{err}");
+    let rows = cells(&out);
+    assert_eq!(
+        rows[0],
+        [
+            "RESOURCE",
+            "KIND",
+            "SYNC",
+            "RESOURCEVERSION",
+            "OBJECTS",
+            "SUBSCRIBERS",
+            "REFLECTOR"
+        ]
+    );
+    assert_eq!(rows[1][..3], ["v1/configmaps", "ConfigMap", "Synced"]);
+    let (code, out, _) = cli(&server, &["resources", "-o", "json"]).await?;
+    assert_eq!(code, 0);
+    let json: Value = serde_json::from_str(&out)?;
+    assert_eq!(json["resources"][0]["resource"], "v1/configmaps");
+    assert!(json["resources"][0]["objects"].as_u64() >= Some(2));
+
+    // list: a table, JSON equal to the API server's objects, YAML.
+    let (code, out, err) = cli(&server, &["list", "configmaps", "-n", "cli"]).await?;
+    assert_eq!(code, 0, "{err}");
+    let rows = cells(&out);
+    assert_eq!(rows[0], ["NAME", "RESOURCEVERSION", "AGE"]);
+    assert_eq!(
+        rows[1][..2],
+        [
+            "alpha".to_owned(),
+            alpha.metadata.resource_version.clone().unwrap()
+        ]
+    );
+    assert_eq!(
+        rows[2][..2],
+        [
+            "beta".to_owned(),
+            beta.metadata.resource_version.clone().unwrap()
+        ]
+    );
+    assert_eq!(rows.len(), 3);
+    let (code, out, _) = cli(
+        &server,
+        &["list", "v1/configmaps", "-n", "cli", "-o", "json"],
+    )
+    .await?;
+    assert_eq!(code, 0);
+    let list: Value = serde_json::from_str(&out)?;
+    assert_eq!(list["kind"], "List");
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let truth = list_at(&kube, "cli", &rv).await?;
+    let items: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_owned(),
+                o["data"]["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = truth
+        .values()
+        .map(|cm| {
+            (
+                cm.metadata.name.clone().unwrap(),
+                cm.data.as_ref().unwrap()["value"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items, expected,
+        "the JSON list is the API server's state at its RV"
+    );
+    let (code, out, _) = cli(
+        &server,
+        &[
+            "list",
+            "ConfigMap",
+            "-A",
+            "-l",
+            "missing=label",
+            "-o",
+            "yaml",
+        ],
+    )
+    .await?;
+    assert_eq!(code, 0);
+    let yaml: Value = serde_yaml::from_str(&out)?;
+    assert_eq!(yaml["items"], Value::Array(vec![]));
+    let (code, out, _) = cli(&server, &["list", "configmaps", "-A"]).await?;
+    assert_eq!(code, 0);
+    assert_eq!(
+        cells(&out)[0][0],
+        "NAMESPACE",
+        "every namespace: a NAMESPACE column"
+    );
+    let (code, out, err) = cli(&server, &["list", "configmaps", "-n", "empty"]).await?;
+    assert_eq!((code, out.as_str()), (0, ""));
+    assert!(
+        err.contains("No resources found in empty namespace."),
+        "{err}"
+    );
+
+    // get
+    let (code, out, err) = cli(
+        &server,
+        &["get", "configmaps", "beta", "-n", "cli", "-o", "yaml"],
+    )
+    .await?;
+    assert_eq!(code, 0, "{err}");
+    let got: Value = serde_yaml::from_str(&out)?;
+    assert_eq!(got["data"]["value"], "2");
+    assert_eq!(
+        got["metadata"]["resourceVersion"].as_str(),
+        beta.metadata.resource_version.as_deref()
+    );
+    let (code, out, _) = cli(&server, &["get", "cm", "alpha", "-n", "cli"]).await?;
+    // "cm" is no name of the type (short names are not served): unknown.
+    assert_eq!(code, 4, "{out}");
+    let (code, out, _) = cli(&server, &["get", "configmap", "alpha", "-n", "cli"]).await?;
+    assert_eq!(code, 0);
+    assert_eq!(cells(&out)[1][0], "alpha");
+
+    // watch --since: exactly the changes after RV, as they happen.
+    let since = beta.metadata.resource_version.clone().unwrap();
+    let gamma = create_configmap(&kube, "cli", "gamma", "3").await?;
+    let mut watch = tokio::process::Command::new(CLI)
+        .args([
+            "--server",
+            &server,
+            "watch",
+            "configmaps",
+            "-n",
+            "cli",
+            "--since",
+            &since,
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let first: Value = serde_json::from_str(
+        &tokio::time::timeout(EVENT_TIMEOUT, lines.next_line())
+            .await??
+            .unwrap(),
+    )?;
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["metadata"]["name"], "gamma");
+    assert_eq!(
+        first["object"]["metadata"]["resourceVersion"].as_str(),
+        gamma.metadata.resource_version.as_deref()
+    );
+    let delta = create_configmap(&kube, "cli", "delta", "4").await?;
+    let second: Value = serde_json::from_str(
+        &tokio::time::timeout(EVENT_TIMEOUT, lines.next_line())
+            .await??
+            .unwrap(),
+    )?;
+    assert_eq!(
+        second["object"]["metadata"]["resourceVersion"].as_str(),
+        delta.metadata.resource_version.as_deref()
+    );
+    watch.kill().await?;
+
+    // watch without --since: the current objects first, as a table.
+    let mut watch = tokio::process::Command::new(CLI)
+        .args(["--server", &server, "watch", "configmaps", "-n", "cli"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let mut table = Vec::new();
+    for _ in 0..5 {
+        table.push(
+            tokio::time::timeout(EVENT_TIMEOUT, lines.next_line())
+                .await??
+                .unwrap(),
+        );
+    }
+    assert_eq!(cells(&table.join("\n"))[0], ["EVENT", "RV", "NAME"]);
+    let row = &cells(&table[1])[0];
+    assert_eq!((row[0].as_str(), row[2].as_str()), ("ADDED", "cli/alpha"));
+    watch.kill().await?;
+
+    // Errors a person understands, with distinct exit codes.
+    let (code, _, err) = cli(&server, &["list", "widgets"]).await?;
+    assert_eq!(code, 4);
+    assert!(
+        err.contains("doesn't have a resource type \"widgets\"")
+            && err.contains("served: v1/configmaps"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&server, &["get", "configmaps", "nope", "-n", "cli"]).await?;
+    assert_eq!(code, 5);
+    assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = cli(
+        &server,
+        &["list", "configmaps", "-l", "a in (", "-n", "cli"],
+    )
+    .await?;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("InvalidArgument")
+            || err.contains("Invalid argument")
+            || err.contains("selector"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&server, &["watch", "configmaps", "--since", "1"]).await?;
+    assert_eq!(code, 1);
+    assert!(err.contains("too old"), "{err}");
+    let (code, _, err) = cli(&server, &["lisst"]).await?;
+    assert_eq!(code, 2, "{err}");
+
+    let dead = format!(
+        "127.0.0.1:{}",
+        kube_fanout_tests::controlplane::free_port()?
+    );
+    let (code, out, err) = cli(&dead, &["resources"]).await?;
+    assert_eq!((code, out.as_str()), (3, ""));
+    assert!(
+        err.contains(&format!("cannot connect to kube-fanout at http://{dead}/"))
+            && err.contains("is kube-fanout running there?"),
+        "{err}"
+    );
+
+    fanout.stop().await?;
+    Ok(())
+}
