@@ -7,7 +7,10 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api as KubeApi, DeleteParams, ListParams, PostParams};
+use kube::{
+    api::{Api as KubeApi, DeleteParams, DynamicObject, ListParams, PostParams},
+    discovery::ApiResource,
+};
 use kube_fanout_client::{Api, ClientConfig, LocalStore, reflect};
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, init_logging, support::*};
 use kube_runtime::watcher::{Config, Event};
@@ -226,6 +229,40 @@ async fn the_watcher_survives_replicas_going_away_and_resnapshots_when_its_rv_ex
         watching.store.len()
     );
     assert!(watching.store.list_namespace("elsewhere").is_empty());
+
+    // The same through the typed unary calls, and for a type known only at
+    // run time (DynamicObject).
+    let fanout = ClientConfig::new([format!("http://{a_addr}")])
+        .connect()
+        .await?;
+    let typed = Api::<ConfigMap>::namespaced(fanout.clone(), NS);
+    assert_eq!(
+        typed.get("after").await?.metadata.resource_version,
+        fresh.metadata.resource_version
+    );
+    let listed = typed.list(&ListParams::default()).await?;
+    assert_eq!(
+        contents(
+            &listed
+                .items
+                .into_iter()
+                .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), cm))
+                .collect()
+        ),
+        truth(&kube).await?
+    );
+    let ar = ApiResource::erase::<ConfigMap>(&());
+    let dynamic = Api::<DynamicObject>::namespaced_with(fanout, NS, &ar);
+    let mut events = std::pin::pin!(kube_fanout_client::watch(dynamic, Config::default()));
+    let mut names = Vec::new();
+    while let Some(event) = tokio::time::timeout(EVENT_TIMEOUT, events.next()).await? {
+        match event? {
+            Event::InitApply(o) => names.push(o.metadata.name.unwrap_or_default()),
+            Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, truth(&kube).await?.into_keys().collect::<Vec<_>>());
     a.stop().await?;
     Ok(())
 }
