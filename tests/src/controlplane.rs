@@ -27,6 +27,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(90);
 pub struct Options {
     /// `--feature-gates` for kube-apiserver, e.g. `WatchList=false`.
     pub feature_gates: Option<String>,
+    /// More kube-apiserver flags, e.g. `--watch-cache-sizes=configmaps#0`.
+    pub extra_args: Vec<String>,
 }
 
 /// A running etcd + kube-apiserver pair.
@@ -34,6 +36,9 @@ pub struct ControlPlane {
     dir: TempDir,
     etcd: Child,
     apiserver: Child,
+    apiserver_args: Vec<String>,
+    /// A second kube-apiserver on the same etcd, if started.
+    extra_apiserver: Option<Child>,
     /// `http://127.0.0.1:PORT` of etcd.
     pub etcd_endpoint: String,
     /// `https://127.0.0.1:PORT` of kube-apiserver.
@@ -140,6 +145,8 @@ impl ControlPlane {
             dir,
             etcd,
             apiserver,
+            apiserver_args: args,
+            extra_apiserver: None,
             etcd_endpoint,
             server_url,
             kubeconfig,
@@ -147,6 +154,66 @@ impl ControlPlane {
         };
         cp.wait_ready().await?;
         Ok(cp)
+    }
+
+    /// Kills kube-apiserver (SIGKILL, no graceful shutdown); etcd keeps running.
+    pub async fn kill_apiserver(&mut self) -> Result<()> {
+        self.apiserver.kill().await?;
+        Ok(())
+    }
+
+    /// Starts kube-apiserver again on the same port, data and credentials,
+    /// and waits until it is ready.
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        self.apiserver = spawn(
+            binaries()?.join("kube-apiserver"),
+            &self.apiserver_args,
+            &self.dir.path().join("kube-apiserver.log"),
+        )?;
+        self.wait_ready().await
+    }
+
+    /// Starts a second kube-apiserver on the same etcd and returns a client
+    /// for it: writes through it while the first one is down.
+    pub async fn start_extra_apiserver(&mut self) -> Result<kube::Client> {
+        let port = free_port()?;
+        let args: Vec<String> = self
+            .apiserver_args
+            .iter()
+            .map(|a| match a.split_once('=') {
+                Some(("--secure-port", _)) => format!("--secure-port={port}"),
+                Some(("--cert-dir", _)) => format!(
+                    "--cert-dir={}",
+                    self.dir.path().join("certs-extra").display()
+                ),
+                _ => a.clone(),
+            })
+            .collect();
+        self.extra_apiserver = Some(spawn(
+            binaries()?.join("kube-apiserver"),
+            &args,
+            &self.dir.path().join("kube-apiserver-extra.log"),
+        )?);
+        let kubeconfig = self.dir.path().join("kubeconfig-extra");
+        let yaml = std::fs::read_to_string(&self.kubeconfig)?
+            .replace(&self.server_url, &format!("https://127.0.0.1:{port}"));
+        std::fs::write(&kubeconfig, yaml)?;
+        let client = client_for(&kubeconfig).await?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        while client
+            .request_text(http::Request::get("/readyz").body(Vec::new())?)
+            .await
+            .is_err()
+        {
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "the extra kube-apiserver is not ready:\n{}",
+                    self.log_tail("kube-apiserver-extra")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(client)
     }
 
     /// The temporary directory holding data, credentials and logs.
@@ -189,7 +256,14 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        for child in [&mut self.apiserver, &mut self.etcd] {
+        for child in [
+            Some(&mut self.apiserver),
+            self.extra_apiserver.as_mut(),
+            Some(&mut self.etcd),
+        ]
+        .into_iter()
+        .flatten()
+        {
             let _ = child.start_kill();
         }
     }

@@ -139,11 +139,12 @@ pub async fn create_configmap(
     Ok(api.create(&PostParams::default(), &cm).await?)
 }
 
+/// ConfigMaps by name, as (resourceVersion, data).
+pub type Contents = BTreeMap<String, (String, Option<BTreeMap<String, String>>)>;
+
 /// The data a ConfigMap carries, for comparing what the subscriber saw with
 /// what the API server holds.
-pub fn contents(
-    objects: &BTreeMap<String, ConfigMap>,
-) -> BTreeMap<String, (String, Option<BTreeMap<String, String>>)> {
+pub fn contents(objects: &BTreeMap<String, ConfigMap>) -> Contents {
     objects
         .iter()
         .map(|(name, cm)| {

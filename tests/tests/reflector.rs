@@ -1,0 +1,342 @@
+//! The reflector against a real kube-apiserver and etcd: watch-list with
+//! the WatchList gate on and the LIST+WATCH fallback with it off, a real
+//! 410 after an etcd compaction, an API server killed mid-watch, and a
+//! large paginated list.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube_fanout::{
+    object::ResourceVersion,
+    reflector::{Reflector, ReflectorConfig, State},
+    resource::ResourceType,
+    store::{EventKind, Store},
+};
+use kube_fanout_client::proto::EventType;
+use kube_fanout_tests::{
+    controlplane::{ControlPlane, Options},
+    fanout::Fanout,
+    support::*,
+};
+
+/// A reflector for configmaps against `client`, and its store.
+async fn reflector(
+    client: &kube::Client,
+    config: ReflectorConfig,
+) -> anyhow::Result<(Reflector, Arc<Store>)> {
+    let resource = ResourceType::discover(client, &"v1/configmaps".parse()?).await?;
+    let store = Arc::new(Store::new(resource, 100_000));
+    Ok((Reflector::new(client.clone(), store.clone(), config), store))
+}
+
+/// The store's objects as name → (RV, data), for comparing with a LIST.
+fn store_contents(store: &Store, namespace: &str) -> anyhow::Result<Contents> {
+    let objects = store
+        .snapshot()
+        .objects
+        .iter()
+        .filter(|o| o.namespace == namespace)
+        .map(|o| {
+            let cm: ConfigMap = serde_json::from_str(&o.json)?;
+            Ok((o.name.clone(), cm))
+        })
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    Ok(contents(&objects))
+}
+
+/// The API server's current LIST of a namespace, and its RV.
+async fn api_list(
+    client: &kube::Client,
+    namespace: &str,
+) -> anyhow::Result<(String, BTreeMap<String, ConfigMap>)> {
+    let list = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    let rv = list.metadata.resource_version.clone().unwrap_or_default();
+    Ok((
+        rv,
+        list.items
+            .into_iter()
+            .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), cm))
+            .collect(),
+    ))
+}
+
+/// Runs reflector steps until `done`, with a deadline.
+async fn step_until(
+    reflector: &mut Reflector,
+    mut state: State,
+    done: impl Fn(&State) -> bool,
+) -> anyhow::Result<State> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done(&state) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "stuck in {state:?}");
+        state = tokio::time::timeout(Duration::from_secs(30), reflector.step(state)).await?;
+    }
+    Ok(state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_watch_list_gate_on_the_reflector_syncs_by_watch_list_in_one_request()
+-> anyhow::Result<()> {
+    let cp = ControlPlane::start_with(Options {
+        feature_gates: Some("WatchList=true".into()),
+        ..Options::default()
+    })
+    .await?;
+    create_namespace(&cp.client, "wl").await?;
+    for i in 0..10 {
+        create_configmap(&cp.client, "wl", &format!("cm-{i}"), "x").await?;
+    }
+    let (mut reflector, store) = reflector(&cp.client, ReflectorConfig::default()).await?;
+    let status = reflector.status();
+    let state = reflector.step(State::WatchList).await;
+    assert!(
+        matches!(state, State::Watch(Some(_))),
+        "synced and kept the watch: {state:?}"
+    );
+    let s = status.lock().clone();
+    assert_eq!((s.watch_lists, s.lists), (1, 0));
+    let (_, listed) = api_list(&cp.client, "wl").await?;
+    assert_eq!(store_contents(&store, "wl")?, contents(&listed));
+
+    // The same watch carries the next change.
+    create_configmap(&cp.client, "wl", "after", "y").await?;
+    let follow = tokio::spawn(async move { reflector.step(state).await });
+    for _ in 0..100 {
+        if store.get("wl/after").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        store.get("wl/after").is_some(),
+        "the kept watch delivered the change"
+    );
+    assert_eq!(status.lock().watches, 1, "no second request was needed");
+    follow.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_watch_list_gate_off_it_falls_back_to_list_and_watch() -> anyhow::Result<()> {
+    let cp = ControlPlane::start_with(Options {
+        feature_gates: Some("WatchList=false".into()),
+        ..Options::default()
+    })
+    .await?;
+    create_namespace(&cp.client, "fallback").await?;
+    create_configmap(&cp.client, "fallback", "before", "x").await?;
+    let fanout = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
+    let mut stream = fanout.client().await?.watch(watch_list("fallback")).await?;
+    let (snapshot, _) = read_snapshot(&mut stream).await?;
+    assert_eq!(snapshot.keys().collect::<Vec<_>>(), ["before"]);
+    create_configmap(&cp.client, "fallback", "after", "y").await?;
+    let event = next_change(&mut stream).await?;
+    assert_eq!(
+        (event.r#type(), decode(&event)?.metadata.name.as_deref()),
+        (EventType::Added, Some("after"))
+    );
+    let mut client = fanout.client().await?;
+    let resources = client.list_resources().await?;
+    let configmaps = &resources.resources[0];
+    assert_eq!(configmaps.reflector_phase, "watching");
+    assert!(
+        configmaps.last_error.contains("sendInitialEvents") || configmaps.last_error.is_empty(),
+        "{}",
+        configmaps.last_error
+    );
+    fanout.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_410_relists_and_deletions_made_while_the_watch_was_down_arrive_as_deleted()
+-> anyhow::Result<()> {
+    let mut cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "gone").await?;
+    for i in 0..5 {
+        create_configmap(&cp.client, "gone", &format!("cm-{i}"), "x").await?;
+    }
+    let config = ReflectorConfig {
+        use_watch_list: false,
+        ..ReflectorConfig::default()
+    };
+    let (mut reflector, store) = reflector(&cp.client, config).await?;
+    let status = reflector.status();
+    let state = reflector.step(State::List).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let synced = store.head();
+
+    // The watch is down while another API server takes writes; the
+    // restarted one's watch cache starts after the reflector's RV, so the
+    // watch from that RV gets a real 410.
+    cp.kill_apiserver().await?;
+    let other = cp.start_extra_apiserver().await?;
+    let api: Api<ConfigMap> = Api::namespaced(other.clone(), "gone");
+    for i in 0..3 {
+        api.delete(&format!("cm-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 0..50 {
+        let patch = serde_json::json!({ "data": { "value": format!("v{i}") } });
+        api.patch("cm-4", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    create_configmap(&other, "gone", "newcomer", "z").await?;
+    cp.restart_apiserver().await?;
+
+    let state = step_until(&mut reflector, state, |s| {
+        matches!(s, State::Watch(None)) && status.lock().lists == 2
+    })
+    .await?;
+    drop(state);
+    let s = status.lock().clone();
+    assert!(
+        s.last_error.as_deref().is_some_and(|e| e.contains("410")),
+        "the watch got a 410: {s:?}"
+    );
+    let (_, listed) = api_list(&cp.client, "gone").await?;
+    assert_eq!(store_contents(&store, "gone")?, contents(&listed));
+
+    let events = store
+        .read_after(synced.seq, 1000)
+        .map_err(|rv| anyhow::anyhow!("ring lost {rv}"))?;
+    let mut seen: Vec<(EventKind, String)> = events
+        .iter()
+        .filter_map(|e| Some((e.kind, e.object.as_ref()?.name.clone())))
+        .filter(|(_, name)| name.starts_with("cm-") || name == "newcomer")
+        .collect();
+    seen.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        seen,
+        [
+            (EventKind::Deleted, "cm-0".into()),
+            (EventKind::Deleted, "cm-1".into()),
+            (EventKind::Deleted, "cm-2".into()),
+            (EventKind::Modified, "cm-4".into()),
+            (EventKind::Added, "newcomer".into()),
+        ]
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.resource_version > synced.resource_version)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_killed_and_restarted_mid_watch_loses_and_repeats_nothing()
+-> anyhow::Result<()> {
+    let mut cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "restart").await?;
+    create_configmap(&cp.client, "restart", "first", "0").await?;
+    let fanout = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
+    let mut stream = fanout.client().await?.watch(watch_list("restart")).await?;
+    let (snapshot, snapshot_rv) = read_snapshot(&mut stream).await?;
+    assert_eq!(snapshot.len(), 1);
+
+    let writes = |client: kube::Client, from: usize| async move {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "restart");
+        for i in from..from + 5 {
+            create_configmap(&client, "restart", &format!("cm-{i}"), "a").await?;
+            let patch = serde_json::json!({ "data": { "value": "b" } });
+            api.patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(&patch.clone()),
+            )
+            .await?;
+            let patch = serde_json::json!({ "data": { "value": format!("{i}") } });
+            api.patch("first", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        api.delete(&format!("cm-{from}"), &DeleteParams::default())
+            .await?;
+        anyhow::Ok(())
+    };
+    writes(cp.client.clone(), 0).await?;
+    cp.kill_apiserver().await?;
+    let other = cp.start_extra_apiserver().await?;
+    writes(other, 10).await?;
+    cp.restart_apiserver().await?;
+    writes(cp.client.clone(), 20).await?;
+    let (final_rv, listed) = api_list(&cp.client, "restart").await?;
+
+    // Follow the stream until it reaches the API server's final RV.
+    let mut state = snapshot;
+    let mut last_rv: u64 = snapshot_rv.parse()?;
+    let mut seen_versions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    while last_rv < final_rv.parse()? {
+        let event = next_event(&mut stream).await?;
+        let rv: u64 = event.resource_version.parse()?;
+        assert!(rv >= last_rv, "ordered: {rv} after {last_rv}");
+        last_rv = rv;
+        if event.r#type() == EventType::Bookmark {
+            continue;
+        }
+        let cm = decode(&event)?;
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        let object_rv: u64 = cm
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default()
+            .parse()?;
+        let versions = seen_versions.entry(name.clone()).or_default();
+        assert!(
+            versions
+                .last()
+                .is_none_or(|v| *v < object_rv || event.r#type() == EventType::Deleted),
+            "{name} at RV {object_rv} delivered twice or backwards: {versions:?}"
+        );
+        versions.push(object_rv);
+        match event.r#type() {
+            EventType::Deleted => {
+                state.remove(&name);
+            }
+            _ => {
+                state.insert(name, cm);
+            }
+        }
+    }
+    assert_eq!(
+        contents(&state),
+        contents(&listed),
+        "the subscriber's state is the API server's"
+    );
+    fanout.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_objects_are_listed_in_small_pages() -> anyhow::Result<()> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "many").await?;
+    stream::iter(0..5000)
+        .map(|i| {
+            let client = cp.client.clone();
+            async move { create_configmap(&client, "many", &format!("cm-{i:04}"), "x").await }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let config = ReflectorConfig {
+        page_size: Some(100),
+        use_watch_list: false,
+        ..ReflectorConfig::default()
+    };
+    let (mut reflector, store) = reflector(&cp.client, config).await?;
+    let status = reflector.status();
+    // A relist at a known RV, which the API server pages.
+    let (rv, listed) = api_list(&cp.client, "many").await?;
+    let state = reflector.step(State::List).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    assert_eq!(store_contents(&store, "many")?, contents(&listed));
+    assert!(store.head().resource_version >= rv.parse::<ResourceVersion>()?);
+    assert_eq!(status.lock().lists, 1);
+    Ok(())
+}
