@@ -137,6 +137,8 @@ pub struct ReflectorStatus {
     pub failures: u64,
     /// The last RV the store was synced to.
     pub last_sync_resource_version: Option<ResourceVersion>,
+    /// Differences the last watch-list consistency check found, if one ran.
+    pub consistency_differences: Option<usize>,
 }
 
 /// Why one step failed.
@@ -619,6 +621,7 @@ impl Reflector {
             warn!(%rv, %difference, "consistency check: the watch-list differs from a LIST");
         }
         info!(%rv, differences = differences.len(), "consistency check done");
+        self.status.lock().consistency_differences = Some(differences.len());
     }
 
     // ---- Watch ----
@@ -684,7 +687,17 @@ impl Reflector {
     async fn follow(&mut self, mut open: OpenWatch) -> Result<(), ReflectorError> {
         let mut events = 0u64;
         while let Some(line) = open.lines.next().await {
-            let line = line.map_err(UpstreamError::Body)?;
+            let line = match line {
+                Ok(line) => line,
+                Err(err) => {
+                    // A broken stream ends the watch like a timeout does
+                    // (client-go's decoder closes the result channel): it
+                    // is reopened from the last RV, and if the server is
+                    // gone, that attempt is what backs off.
+                    warn!(error = %err, "the watch stream broke");
+                    break;
+                }
+            };
             events += 1;
             if let Applied::Moved { rv, .. } = self.apply(&line, Sink::Store(&self.store))? {
                 self.synced_to(rv);

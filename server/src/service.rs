@@ -169,6 +169,10 @@ impl FanoutService {
                         .unwrap_or_default(),
                     newest_resource_version: status.head.resource_version.to_string(),
                     relists: status.relists,
+                    lists: reflector.lists,
+                    watch_lists: reflector.watch_lists,
+                    watches: reflector.watches,
+                    failures: reflector.failures,
                 }
             })
             .collect();

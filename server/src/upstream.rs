@@ -260,3 +260,31 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod connection_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_closed_port_is_recognised_as_a_refused_connection() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+        config.accept_invalid_certs = true;
+        let client = kube::Client::try_from(config).unwrap();
+        let err = Upstream::new(client, "/api/v1/configmaps".into())
+            .list(&[])
+            .await
+            .unwrap_err();
+        let mut chain = vec![err.to_string()];
+        let mut source = std::error::Error::source(&err);
+        while let Some(e) = source {
+            chain.push(format!("{e:?}"));
+            source = e.source();
+        }
+        assert!(err.is_connection_refused(), "{chain:#?}");
+    }
+}

@@ -143,6 +143,11 @@ async fn with_the_watch_list_gate_off_it_falls_back_to_list_and_watch() -> anyho
     let resources = client.list_resources().await?;
     let configmaps = &resources.resources[0];
     assert_eq!(configmaps.reflector_phase, "watching");
+    assert_eq!(
+        (configmaps.lists, configmaps.watch_lists),
+        (1, 0),
+        "the refused watch-list fell back to a LIST"
+    );
     assert!(
         configmaps.last_error.contains("sendInitialEvents") || configmaps.last_error.is_empty(),
         "{}",
@@ -338,5 +343,57 @@ async fn five_thousand_objects_are_listed_in_small_pages() -> anyhow::Result<()>
     assert_eq!(store_contents(&store, "many")?, contents(&listed));
     assert!(store.head().resource_version >= rv.parse::<ResourceVersion>()?);
     assert_eq!(status.lock().lists, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_managed_fields_saves_memory() -> anyhow::Result<()> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "ssa").await?;
+    let api: Api<ConfigMap> = Api::namespaced(cp.client.clone(), "ssa");
+    // Server-side apply records managedFields, as controllers' writes do.
+    for i in 0..200 {
+        let name = format!("cm-{i}");
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": name, "labels": { "app": "demo", "tier": "backend" } },
+            "data": { "a": "1", "b": "2", "c": "3" },
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply("kube-fanout-test"),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    let mut sizes = Vec::new();
+    for strip in [true, false] {
+        let config = ReflectorConfig {
+            use_watch_list: false,
+            transform: kube_fanout::object::Transform {
+                strip_managed_fields: strip,
+            },
+            ..ReflectorConfig::default()
+        };
+        let (mut reflector, store) = reflector(&cp.client, config).await?;
+        reflector.step(State::List).await;
+        let objects = store.snapshot().objects;
+        let ours: Vec<_> = objects.iter().filter(|o| o.namespace == "ssa").collect();
+        assert_eq!(ours.len(), 200);
+        assert_eq!(
+            ours.iter().any(|o| o.json.contains("managedFields")),
+            !strip
+        );
+        sizes.push(ours.iter().map(|o| o.json.len()).sum::<usize>());
+    }
+    let (stripped, kept) = (sizes[0], sizes[1]);
+    println!(
+        "200 server-side-applied ConfigMaps: {kept} bytes of JSON with managedFields, {stripped} without ({:.0}% saved)",
+        100.0 * (kept - stripped) as f64 / kept as f64
+    );
+    assert!(
+        stripped * 10 < kept * 7,
+        "dropping managedFields saves at least 30%: {stripped} vs {kept}"
+    );
     Ok(())
 }

@@ -547,3 +547,24 @@ fn differences_name_every_missing_extra_and_changed_object() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let (_, send) = next(&mut handle).await;
+    let frames = futures::stream::iter([
+        Ok(Frame::data(Bytes::from(
+            event("ADDED", &cm("a", 11)) + "\n",
+        ))),
+        Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+    ]);
+    send.send_response(
+        Response::builder()
+            .status(200)
+            .body(BodyExt::boxed(StreamBody::new(frames)))
+            .unwrap(),
+    );
+    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+}
