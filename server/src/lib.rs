@@ -8,6 +8,7 @@
 
 pub mod backoff;
 pub mod cache;
+pub mod codec;
 pub mod config;
 pub mod error;
 pub mod filter;

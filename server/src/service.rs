@@ -6,20 +6,21 @@ use std::{pin::Pin, sync::Arc};
 use futures::{Stream, StreamExt};
 use kube_fanout_proto::v1::{
     self as pb, GetRequest, GetResponse, ListRequest, ListResourcesRequest, ListResourcesResponse,
-    ListResponse, WatchEvent, WatchRequest, kube_fanout_server::KubeFanout,
+    ListResponse, WatchRequest, kube_fanout_server::KubeFanout,
 };
+use kube_fanout_proto::wire::EncodedWatchEvent;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, info_span};
 
 use crate::{
     cache::{Cache, Served},
+    codec::WatchEncoder,
     error::RequestError,
     filter::Filter,
     object::object_key,
     resource::GroupVersionResource,
-    store::EventKind,
-    subscription::{self, Delivery, Limits, Start, WatchSpec},
+    subscription::{self, Limits, Start, WatchSpec},
 };
 
 /// The `kubefanout.v1.KubeFanout` service.
@@ -28,6 +29,7 @@ pub struct FanoutService {
     cache: Arc<Cache>,
     limits: Limits,
     shutdown: CancellationToken,
+    encoder: Arc<WatchEncoder>,
 }
 
 impl FanoutService {
@@ -38,6 +40,7 @@ impl FanoutService {
             cache,
             limits,
             shutdown,
+            encoder: Arc::default(),
         }
     }
 
@@ -66,7 +69,7 @@ impl FanoutService {
     fn start_watch(
         &self,
         request: WatchRequest,
-    ) -> Result<impl Stream<Item = Result<WatchEvent, Status>> + use<>, RequestError> {
+    ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
             filter: Filter::new(
@@ -80,6 +83,7 @@ impl FanoutService {
         };
         let guard = served.subscriber();
         let span = info_span!("subscriber", resource = %served.resource().gvr);
+        let encoder = self.encoder.clone();
         let events = subscription::watch(
             served.store.clone(),
             spec,
@@ -92,7 +96,7 @@ impl FanoutService {
             let mut events = std::pin::pin!(events);
             while let Some(result) = events.next().instrument(span.clone()).await {
                 yield result
-                    .map(to_watch_event)
+                    .map(|delivery| encoder.encode(&delivery))
                     .map_err(|e| Status::from(RequestError::from(e)));
             }
         })
@@ -180,23 +184,9 @@ impl FanoutService {
     }
 }
 
-fn to_watch_event(delivery: Delivery) -> WatchEvent {
-    let kind = match delivery.kind {
-        EventKind::Added => pb::EventType::Added,
-        EventKind::Modified => pb::EventType::Modified,
-        EventKind::Deleted => pb::EventType::Deleted,
-        EventKind::Bookmark => pb::EventType::Bookmark,
-    };
-    WatchEvent {
-        r#type: kind.into(),
-        resource_version: delivery.resource_version.to_string(),
-        object: delivery.object.to_string(),
-    }
-}
-
 #[tonic::async_trait]
 impl KubeFanout for FanoutService {
-    type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<EncodedWatchEvent, Status>> + Send>>;
 
     async fn watch(
         &self,
@@ -225,5 +215,88 @@ impl KubeFanout for FanoutService {
         _request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
         Ok(Response::new(self.list_resources()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+    use crate::{
+        object::ResourceVersion,
+        store::{
+            EventKind, Store,
+            tests::{configmaps, object},
+        },
+    };
+
+    fn service(store: Arc<Store>) -> FanoutService {
+        let mut cache = Cache::default();
+        cache.insert(Served::new(store, Arc::default()));
+        FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new())
+    }
+
+    fn request(label_selector: &str, resource_version: &str, initial: bool) -> WatchRequest {
+        WatchRequest {
+            resource: Some(pb::ResourceRef {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+            }),
+            label_selector: label_selector.into(),
+            resource_version: resource_version.into(),
+            send_initial_events: initial,
+            allow_bookmarks: true,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_live_event_is_encoded_once_for_all_its_subscribers() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, r#"{"app":"x"}"#)], ResourceVersion(1));
+        let service = service(store.clone());
+        const SUBSCRIBERS: usize = 100;
+        let mut plain: Vec<_> = (0..SUBSCRIBERS)
+            .map(|_| Box::pin(service.start_watch(request("", "1", false)).unwrap()))
+            .collect();
+        // For this one the change is a filter transition: its own DELETED.
+        let mut filtered = Box::pin(service.start_watch(request("app=x", "1", false)).unwrap());
+
+        let changed = object("a", 2, r#"{"app":"y"}"#);
+        let json = changed.json.to_string();
+        store.apply(EventKind::Modified, changed);
+        let mut received = Vec::new();
+        for stream in &mut plain {
+            received.push(stream.next().await.unwrap().unwrap().0);
+        }
+        let deleted = filtered.next().await.unwrap().unwrap().0;
+
+        assert_eq!(
+            service.encoder.encodes(),
+            2,
+            "one encode shared by {SUBSCRIBERS} subscribers, one for the transition"
+        );
+        let expected = pb::WatchEvent {
+            r#type: pb::EventType::Modified.into(),
+            resource_version: "2".into(),
+            object: json,
+        };
+        assert_eq!(received[0], expected.encode_to_vec());
+        assert!(
+            received.iter().all(|b| b.as_ptr() == received[0].as_ptr()),
+            "every subscriber writes the very same bytes"
+        );
+        let deleted = pb::WatchEvent::decode(deleted).unwrap();
+        assert_eq!(deleted.r#type(), pb::EventType::Deleted);
+        assert_eq!(deleted.resource_version, "2");
+
+        // Snapshots are per subscriber: an ADDED and the end bookmark each.
+        let mut snapshot = Box::pin(service.start_watch(request("", "", true)).unwrap());
+        let added = pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().0).unwrap();
+        assert_eq!(added.r#type(), pb::EventType::Added);
+        snapshot.next().await.unwrap().unwrap();
+        assert_eq!(service.encoder.encodes(), 4);
     }
 }

@@ -60,6 +60,10 @@ pub struct Event {
     /// The object before the event, if the store held it. Filters compare
     /// it with `object` to turn a change of match into ADDED or DELETED.
     pub previous: Option<Arc<Object>>,
+    /// The event as an encoded `kubefanout.v1.WatchEvent`, made by the
+    /// first subscriber that receives the event unchanged and shared by
+    /// every other one (see `crate::codec`).
+    pub encoded: std::sync::OnceLock<bytes::Bytes>,
 }
 
 /// Where the store is, as subscribers wait on it.
@@ -262,6 +266,7 @@ impl Store {
             resource_version: rv,
             object,
             previous,
+            encoded: Default::default(),
         }));
         while ring.events.len() > self.capacity {
             if let Some(evicted) = ring.events.pop_front() {

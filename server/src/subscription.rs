@@ -81,7 +81,23 @@ pub struct Delivery {
     pub resource_version: ResourceVersion,
     /// The object's JSON (a minimal object for bookmarks).
     pub object: Arc<str>,
+    /// The ring event, when this delivery is that event unchanged: its one
+    /// encoding then serves every subscriber ([`Event::encoded`]).
+    pub unchanged: Option<Unchanged>,
 }
+
+/// A ring event that a delivery passes on as it is.
+#[derive(Debug, Clone)]
+pub struct Unchanged(pub Arc<Event>);
+
+impl PartialEq for Unchanged {
+    // The same ring entry; what it says is in the delivery's other fields.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Unchanged {}
 
 /// Why a watch cannot start or continue.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -168,6 +184,7 @@ fn watch_until_error(
                         kind: EventKind::Added,
                         resource_version: snapshot.resource_version,
                         object: object.json.clone(),
+                        unchanged: None,
                     };
                 }
                 if spec.send_initial_events {
@@ -221,10 +238,14 @@ async fn wait_for(
 
 /// What `event` becomes for this subscriber: filter transitions turn into
 /// ADDED or DELETED, events it cannot see into nothing.
-fn deliver(store: &Store, spec: &WatchSpec, event: &Event) -> Option<Delivery> {
+fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
     let rv = event.resource_version;
     let Some(object) = &event.object else {
-        return spec.allow_bookmarks.then(|| bookmark(store, rv, false));
+        // The same bookmark for every subscriber, so it is shared too.
+        return spec.allow_bookmarks.then(|| Delivery {
+            unchanged: Some(Unchanged(event.clone())),
+            ..bookmark(store, rv, false)
+        });
     };
     let before = event.previous.as_deref().map(|p| spec.filter.matches(p));
     let (kind, shown): (EventKind, &Object) = if event.kind == EventKind::Deleted {
@@ -242,10 +263,13 @@ fn deliver(store: &Store, spec: &WatchSpec, event: &Event) -> Option<Delivery> {
             (true, true) => (event.kind, object),
         }
     };
+    let unchanged =
+        (kind == event.kind && std::ptr::eq(shown, &**object)).then(|| Unchanged(event.clone()));
     Some(Delivery {
         kind,
         resource_version: rv,
         object: shown.json.clone(),
+        unchanged,
     })
 }
 
@@ -266,6 +290,7 @@ fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Del
         kind: EventKind::Bookmark,
         resource_version: rv,
         object: object.to_string().into(),
+        unchanged: None,
     }
 }
 
