@@ -6,7 +6,7 @@ use clap::Parser;
 
 use crate::{
     object::Transform, reflector::ReflectorConfig, resource::GroupVersionResource,
-    subscription::Limits,
+    store::HistoryLimits, subscription::Limits,
 };
 
 /// kube-fanout: one LIST+WATCH per resource type against the API server,
@@ -65,6 +65,24 @@ pub struct Config {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub history_events: u64,
 
+    /// Seconds an event is retained for resuming (the API server keeps about 75).
+    #[arg(long, default_value_t = 75)]
+    pub history_seconds: u64,
+
+    /// Seconds of silence after which a subscriber with bookmarks on gets a
+    /// progress bookmark.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub progress_bookmark_seconds: u64,
+
+    /// A subscriber more than this many events behind is cut off
+    /// (RESOURCE_EXHAUSTED, with the RV to resume from).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_lag_events: u64,
+
+    /// A subscriber more than this many bytes of objects behind is cut off.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_lag_bytes: u64,
+
     /// How long a watch asking for a resourceVersion newer than the cache
     /// waits for the cache to catch up, in milliseconds.
     #[arg(long, default_value_t = 3_000)]
@@ -95,6 +113,17 @@ impl Config {
     pub fn limits(&self) -> Limits {
         Limits {
             freshness_timeout: Duration::from_millis(self.freshness_timeout_ms),
+            progress_interval: Duration::from_secs(self.progress_bookmark_seconds),
+            max_lag_events: self.max_lag_events,
+            max_lag_bytes: self.max_lag_bytes,
+        }
+    }
+
+    /// The event history these flags describe.
+    pub fn history(&self) -> HistoryLimits {
+        HistoryLimits {
+            events: usize::try_from(self.history_events).unwrap_or(usize::MAX),
+            age: Duration::from_secs(self.history_seconds),
         }
     }
 }

@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
     let options = ServerOptions {
         resources: config.resources.clone(),
         reflector: config.reflector(),
-        history_events: usize::try_from(config.history_events).unwrap_or(usize::MAX),
+        history: config.history(),
         limits: config.limits(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;

@@ -14,7 +14,7 @@ use crate::{
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
     service::FanoutService,
-    store::Store,
+    store::{HistoryLimits, Store},
     subscription::Limits,
 };
 
@@ -26,7 +26,7 @@ pub struct ServerOptions {
     /// How the reflectors list and watch.
     pub reflector: ReflectorConfig,
     /// Events kept per type.
-    pub history_events: usize,
+    pub history: HistoryLimits,
     /// Watch limits.
     pub limits: Limits,
 }
@@ -99,7 +99,7 @@ pub async fn start(
     let mut cache = Cache::default();
     for resource in types {
         let span = info_span!("reflector", resource = %resource.gvr);
-        let store = Arc::new(Store::new(resource, options.history_events));
+        let store = Arc::new(Store::with_history(resource, options.history));
         let reflector = Reflector::new(client.clone(), store.clone(), options.reflector);
         cache.insert(Served::new(store, reflector.status()));
         let cancel = cancel.clone();

@@ -21,11 +21,11 @@
 //! it lagged and must resume, so a slow subscriber costs no memory beyond
 //! the shared ring.
 
-use std::{collections::HashMap, collections::VecDeque, sync::Arc};
+use std::{collections::HashMap, collections::VecDeque, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 
 use crate::{
     object::{Object, ResourceVersion},
@@ -60,10 +60,22 @@ pub struct Event {
     /// The object before the event, if the store held it. Filters compare
     /// it with `object` to turn a change of match into ADDED or DELETED.
     pub previous: Option<Arc<Object>>,
+    /// The JSON bytes of every event up to and including this one: how far
+    /// behind a subscriber is, in bytes, is the head's total minus this.
+    pub bytes_through: u64,
+    /// When the event entered the ring, for the age bound.
+    pub at: Instant,
     /// The event as an encoded `kubefanout.v1.WatchEvent`, made by the
     /// first subscriber that receives the event unchanged and shared by
     /// every other one (see `crate::codec`).
     pub encoded: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl Event {
+    /// The JSON bytes of every event before this one.
+    pub fn bytes_before(&self) -> u64 {
+        self.bytes_through - self.object.as_ref().map_or(0, |o| o.json.len() as u64)
+    }
 }
 
 /// Where the store is, as subscribers wait on it.
@@ -75,6 +87,8 @@ pub struct Head {
     pub resource_version: ResourceVersion,
     /// Whether the first list has been applied.
     pub synced: bool,
+    /// The JSON bytes of every event so far (see [`Event::bytes_through`]).
+    pub bytes: u64,
 }
 
 /// A consistent copy of the store.
@@ -128,6 +142,7 @@ pub struct StoreStatus {
 struct Ring {
     events: VecDeque<Arc<Event>>,
     seq: u64,
+    bytes: u64,
     resource_version: ResourceVersion,
     /// The resourceVersion just before the oldest retained event: a resume
     /// from here or later finds every event it needs. `None` until synced.
@@ -147,7 +162,27 @@ pub struct Store {
     objects: DashMap<String, Arc<Object>>,
     ring: Mutex<Ring>,
     head: watch::Sender<Head>,
-    capacity: usize,
+    limits: HistoryLimits,
+}
+
+/// How much history the ring keeps for resuming watches and for slow
+/// subscribers: the newest `events`, none older than `age`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimits {
+    /// At most this many events (at least 1).
+    pub events: usize,
+    /// Events older than this are dropped as new ones arrive.
+    pub age: Duration,
+}
+
+impl Default for HistoryLimits {
+    /// 10,000 events, and 75 s as the API server's watch cache keeps.
+    fn default() -> Self {
+        HistoryLimits {
+            events: 10_000,
+            age: Duration::from_secs(75),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -160,21 +195,37 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// An empty, unsynced store that keeps the last `capacity` events for
-    /// resume and fanout.
+    /// An empty, unsynced store that keeps the last `capacity` events (for
+    /// at most the default age) for resume and fanout.
     pub fn new(resource: ResourceType, capacity: usize) -> Self {
+        Self::with_history(
+            resource,
+            HistoryLimits {
+                events: capacity,
+                ..HistoryLimits::default()
+            },
+        )
+    }
+
+    /// An empty, unsynced store keeping the history `limits` allow.
+    pub fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
+        let limits = HistoryLimits {
+            events: limits.events.max(1),
+            ..limits
+        };
         Store {
             resource,
             objects: DashMap::new(),
             ring: Mutex::new(Ring {
-                events: VecDeque::with_capacity(capacity.min(4096)),
+                events: VecDeque::with_capacity(limits.events.min(4096)),
                 seq: 0,
+                bytes: 0,
                 resource_version: ResourceVersion::default(),
                 floor: None,
                 relists: 0,
             }),
             head: watch::Sender::new(Head::default()),
-            capacity: capacity.max(1),
+            limits,
         }
     }
 
@@ -260,15 +311,27 @@ impl Store {
     ) {
         ring.seq += 1;
         ring.resource_version = rv;
+        ring.bytes += object.as_ref().map_or(0, |o| o.json.len() as u64);
+        let now = Instant::now();
         ring.events.push_back(Arc::new(Event {
             seq: ring.seq,
             kind,
             resource_version: rv,
             object,
             previous,
+            bytes_through: ring.bytes,
+            at: now,
             encoded: Default::default(),
         }));
-        while ring.events.len() > self.capacity {
+        // Bounded by count, and by age like the API server's own history,
+        // but the newest event always stays: resuming from the head works.
+        while ring.events.len() > self.limits.events
+            || (ring.events.len() > 1
+                && ring
+                    .events
+                    .front()
+                    .is_some_and(|e| now.duration_since(e.at) > self.limits.age))
+        {
             if let Some(evicted) = ring.events.pop_front() {
                 ring.floor = ring.floor.map(|f| f.max(evicted.resource_version));
             }
@@ -282,6 +345,7 @@ impl Store {
             seq: ring.seq,
             resource_version: ring.resource_version,
             synced,
+            bytes: ring.bytes,
         });
     }
 
@@ -515,13 +579,15 @@ pub(crate) mod tests {
             ResourceVersion(9),
         );
         let events = store.read_after(0, 10).unwrap();
-        let seen: Vec<(EventKind, &str, u64)> = events
+        // The order within one relist's difference is unspecified.
+        let mut seen: Vec<(EventKind, &str, u64)> = events
             .iter()
             .map(|e| {
                 let o = e.object.as_ref().unwrap();
                 (e.kind, o.name.as_str(), e.resource_version.0)
             })
             .collect();
+        seen.sort_by_key(|(_, name, _)| *name);
         assert_eq!(
             seen,
             [
@@ -571,6 +637,49 @@ pub(crate) mod tests {
             Err(ReadError::TooLarge { .. })
         ));
         assert_eq!(store.read_after(0, 10).err(), Some(ResourceVersion(12)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn history_is_bounded_by_age_as_well_as_count() {
+        let store = Store::with_history(
+            configmaps(),
+            HistoryLimits {
+                events: 100,
+                age: Duration::from_secs(75),
+            },
+        );
+        store.replace(Vec::new(), ResourceVersion(10));
+        store.apply(EventKind::Added, object("old", 11, "{}"));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        store.apply(EventKind::Added, object("mid", 12, "{}"));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        store.apply(EventKind::Added, object("new", 13, "{}"));
+        // "old" is 80 s old: gone, so resuming from before it is Expired.
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(11)));
+        assert!(matches!(
+            store.cursor_after(ResourceVersion(10)),
+            Err(ReadError::Expired { .. })
+        ));
+        assert_eq!(
+            store
+                .read_after(store.cursor_after(ResourceVersion(11)).unwrap(), 10)
+                .unwrap()
+                .len(),
+            2
+        );
+        // However old, the newest event stays.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        store.bookmark(ResourceVersion(14));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(13)));
+        let applied: usize = [
+            object("old", 11, "{}"),
+            object("mid", 12, "{}"),
+            object("new", 13, "{}"),
+        ]
+        .iter()
+        .map(|o| o.json.len())
+        .sum();
+        assert_eq!(store.head().bytes, applied as u64, "bookmarks add no bytes");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt};
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -62,12 +62,24 @@ pub struct Limits {
     /// How long a request for a resourceVersion newer than the store's may
     /// wait for the store to catch up.
     pub freshness_timeout: Duration,
+    /// A subscriber with bookmarks on that was sent nothing for this long
+    /// gets a progress bookmark, so a filtered watch's RV stays fresh.
+    pub progress_interval: Duration,
+    /// A subscriber further behind the head than this many events...
+    pub max_lag_events: u64,
+    /// ...or this many bytes of objects is cut off with
+    /// [`WatchError::Lagged`], so that it resumes instead of pinning the
+    /// shared history.
+    pub max_lag_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             freshness_timeout: Duration::from_secs(3),
+            progress_interval: Duration::from_secs(60),
+            max_lag_events: 10_000,
+            max_lag_bytes: 64 << 20,
         }
     }
 }
@@ -193,26 +205,50 @@ fn watch_until_error(
                 (snapshot.seq, snapshot.resource_version)
             }
         };
+        // The RV of the last ring event read, delivered or filtered out:
+        // what a progress bookmark may promise.
+        let mut read_rv = last;
+        let mut last_sent = Instant::now();
         loop {
-            head.borrow_and_update();
+            let now = *head.borrow_and_update();
             let events = store
                 .read_after(cursor, BATCH)
-                .map_err(|_| WatchError::Lagged { last_delivered: last })?;
+                .ok()
+                .filter(|events| !lagging(&now, cursor, events.first(), &limits))
+                .ok_or(WatchError::Lagged { last_delivered: last })?;
             if events.is_empty() {
-                if head.changed().await.is_err() {
-                    break;
+                let wake = last_sent + limits.progress_interval;
+                match tokio::time::timeout_at(wake, head.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        if spec.allow_bookmarks && read_rv > last {
+                            last = read_rv;
+                            yield bookmark(&store, read_rv, false);
+                        }
+                        last_sent = Instant::now();
+                    }
                 }
                 continue;
             }
             for event in events {
                 cursor = event.seq;
+                read_rv = event.resource_version;
                 if let Some(delivery) = deliver(&store, &spec, &event) {
                     last = delivery.resource_version;
+                    last_sent = Instant::now();
                     yield delivery;
                 }
             }
         }
     }
+}
+
+/// Whether a subscriber at ring position `cursor`, whose next unread event
+/// is `next`, is further behind `head` than `limits` allow.
+fn lagging(head: &Head, cursor: u64, next: Option<&Arc<Event>>, limits: &Limits) -> bool {
+    let bytes_behind = next.map_or(0, |e| head.bytes - e.bytes_before());
+    head.seq - cursor > limits.max_lag_events || bytes_behind > limits.max_lag_bytes
 }
 
 /// Waits until `ready(head)`, for at most `timeout`; on time-out returns
@@ -419,6 +455,70 @@ mod tests {
             ready(&mut stream).await,
             [Err(WatchError::Lagged {
                 last_delivered: ResourceVersion(2)
+            })]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_filtered_subscriber_gets_progress_bookmarks_that_keep_its_rv_fresh() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("app=mine", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        let next = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let first = stream.next().await;
+            (started.elapsed(), first, stream)
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Changes this subscriber's filter hides.
+        store.apply(EventKind::Added, object("other", 2, r#"{"app":"theirs"}"#));
+        store.apply(
+            EventKind::Modified,
+            object("other", 3, r#"{"app":"theirs"}"#),
+        );
+        let (waited, first, mut stream) = next.await.unwrap();
+        assert_eq!(waited, Limits::default().progress_interval);
+        assert_eq!(first, Some(Ok(bookmark(&store, ResourceVersion(3), false))));
+        // Nothing new was read: no bookmark that says nothing.
+        store.apply(EventKind::Added, object("mine", 4, r#"{"app":"mine"}"#));
+        assert_eq!(ready(&mut stream).await, [Ok((EventKind::Added, 4))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_too_many_bytes_behind_is_cut_off_with_its_resume_point() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let size = object("o2", 2, "{}").json.len() as u64;
+        let limits = Limits {
+            max_lag_bytes: 3 * size,
+            ..Limits::default()
+        };
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(1)), false),
+            limits,
+            CancellationToken::new(),
+        ));
+        for rv in 2..=4 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        assert_eq!(
+            ready(&mut stream).await.len(),
+            3,
+            "three objects behind is within the bound"
+        );
+        for rv in 5..=8 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        assert_eq!(
+            ready(&mut stream).await,
+            [Err(WatchError::Lagged {
+                last_delivered: ResourceVersion(4)
             })]
         );
     }

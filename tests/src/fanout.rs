@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use kube_fanout::{
     reflector::ReflectorConfig,
     server::{self, Running, ServerOptions},
+    store::HistoryLimits,
     subscription::Limits,
 };
 use kube_fanout_client::Client;
@@ -42,7 +43,7 @@ impl Fanout {
                 .map(|r| r.parse())
                 .collect::<Result<_, _>>()?,
             reflector: ReflectorConfig::default(),
-            history_events: 10_000,
+            history: HistoryLimits::default(),
             limits: Limits::default(),
         };
         adjust(&mut options);

@@ -29,6 +29,7 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
         o.limits = Limits {
             freshness_timeout: Duration::from_millis(500),
+            ..Limits::default()
         }
     })
     .await?;
