@@ -258,8 +258,9 @@ impl Store {
     ///
     /// The first replace fills the empty store and marks it synced. Later
     /// ones publish the difference between the old and new contents as
-    /// ordinary events at `rv`, so subscribers converge without
-    /// re-snapshotting.
+    /// ordinary events, so subscribers converge without re-snapshotting:
+    /// additions and modifications at the RVs their objects carry, in that
+    /// order, then deletions at `rv`.
     pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
         let mut ring = self.ring.lock();
         let rv = rv.max(ring.resource_version);
@@ -293,8 +294,20 @@ impl Store {
             return;
         }
         ring.relists += 1;
+        // Each changed object carries the RV it last changed at, which is
+        // past the old state: publishing the changes in that order, at those
+        // RVs, keeps RVs unique, so a subscriber that hangs up halfway
+        // resumes exactly. Deletions have no RV of their own; they come
+        // last, at the list's RV.
+        changes.sort_by_key(|(kind, object, _)| {
+            (*kind == EventKind::Deleted, object.resource_version)
+        });
         for (kind, object, previous) in changes {
-            self.push(&mut ring, kind, rv, Some(object), previous);
+            let at = match kind {
+                EventKind::Deleted => rv,
+                _ => object.resource_version.max(ring.resource_version).min(rv),
+            };
+            self.push(&mut ring, kind, at, Some(object), previous);
         }
         if ring.resource_version < rv {
             self.push(&mut ring, EventKind::Bookmark, rv, None, None);
@@ -567,7 +580,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_relist_publishes_the_difference_at_the_list_rv() {
+    fn a_relist_publishes_the_difference_in_object_rv_order_then_deletions() {
         let store = Store::new(configmaps(), 100);
         store.replace(
             vec![object("a", 1, "{}"), object("b", 2, "{}")],
@@ -575,34 +588,51 @@ pub(crate) mod tests {
         );
         assert_eq!(store.head().seq, 0, "the first list publishes no events");
         store.replace(
-            vec![object("b", 7, "{}"), object("c", 8, "{}")],
-            ResourceVersion(9),
+            vec![
+                object("b", 7, "{}"),
+                object("c", 6, "{}"),
+                object("d", 9, "{}"),
+            ],
+            ResourceVersion(10),
         );
         let events = store.read_after(0, 10).unwrap();
-        // The order within one relist's difference is unspecified.
-        let mut seen: Vec<(EventKind, &str, u64)> = events
+        let seen: Vec<(EventKind, &str, u64)> = events
             .iter()
             .map(|e| {
-                let o = e.object.as_ref().unwrap();
-                (e.kind, o.name.as_str(), e.resource_version.0)
+                (
+                    e.kind,
+                    e.object.as_ref().map_or("", |o| o.name.as_str()),
+                    e.resource_version.0,
+                )
             })
             .collect();
-        seen.sort_by_key(|(_, name, _)| *name);
         assert_eq!(
             seen,
             [
-                (EventKind::Deleted, "a", 9),
-                (EventKind::Modified, "b", 9),
-                (EventKind::Added, "c", 9)
-            ]
+                (EventKind::Added, "c", 6),
+                (EventKind::Modified, "b", 7),
+                (EventKind::Added, "d", 9),
+                (EventKind::Deleted, "a", 10)
+            ],
+            "changes at their objects' RVs, in order, then deletions at the list RV"
+        );
+        // Resuming halfway continues exactly.
+        let rest = store
+            .read_after(store.cursor_after(ResourceVersion(7)).unwrap(), 10)
+            .unwrap();
+        assert_eq!(
+            rest.iter()
+                .map(|e| e.resource_version.0)
+                .collect::<Vec<_>>(),
+            [9, 10]
         );
         assert_eq!(store.status().relists, 1);
         let snapshot = store.snapshot();
         assert_eq!(
             contents(&snapshot.objects),
-            BTreeMap::from([("ns/b".into(), 7), ("ns/c".into(), 8)])
+            BTreeMap::from([("ns/b".into(), 7), ("ns/c".into(), 6), ("ns/d".into(), 9)])
         );
-        assert_eq!(snapshot.resource_version, ResourceVersion(9));
+        assert_eq!(snapshot.resource_version, ResourceVersion(10));
     }
 
     #[test]

@@ -271,12 +271,21 @@ async fn kube_apiserver_killed_and_restarted_mid_watch_loses_and_repeats_nothing
     writes(cp.client.clone(), 20).await?;
     let (final_rv, listed) = api_list(&cp.client, "restart").await?;
 
-    // Follow the stream until it reaches the API server's final RV.
     let mut state = snapshot;
     let mut last_rv: u64 = snapshot_rv.parse()?;
     let mut seen_versions: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    while last_rv < final_rv.parse()? {
-        let event = next_event(&mut stream).await?;
+    // Follow until the API server's final RV, then until the stream is quiet:
+    // a relist's deletions share its RV.
+    let final_rv: u64 = final_rv.parse()?;
+    loop {
+        let event = if last_rv < final_rv {
+            next_event(&mut stream).await?
+        } else {
+            match tokio::time::timeout(Duration::from_millis(500), stream.message()).await {
+                Ok(message) => message?.ok_or_else(|| anyhow::anyhow!("the watch ended"))?,
+                Err(_) => break,
+            }
+        };
         let rv: u64 = event.resource_version.parse()?;
         assert!(rv >= last_rv, "ordered: {rv} after {last_rv}");
         last_rv = rv;
