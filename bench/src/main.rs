@@ -1,0 +1,638 @@
+//! Benchmark of kube-fanout's Watch fanout against a naive tonic broadcast.
+//!
+//! Each measurement starts a fresh server as a child process of this
+//! binary (`fanout-bench serve fanout|naive`), so the server's CPU time
+//! (summed over its threads from `/proc/self/task/*/schedstat`) and its
+//! resident memory (`VmRSS`) are its own; the subscribers run here, over
+//! loopback. Both servers are fed the same events in the same way, from
+//! their main thread, at a fixed rate:
+//!
+//! - `fanout`: kube-fanout's own `FanoutService` over a `Store`, fed with
+//!   `Store::apply` (no API server).
+//! - `naive`: a `tokio::sync::broadcast` of prost `WatchEvent`s; every
+//!   subscriber's stream clones the message and tonic's `ProstCodec`
+//!   encodes it, once per subscriber.
+//!
+//! Each object carries the wall-clock time it was fed at, so subscribers
+//! measure the feed-to-receipt latency.
+
+use std::{
+    io::{BufRead, Write},
+    net::SocketAddr,
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
+use kube_fanout::{
+    cache::{Cache, Served},
+    object::{Object, ResourceVersion, Transform, TypeMeta},
+    resource::{GroupVersionResource, ResourceType},
+    service::FanoutService,
+    store::{EventKind, Store},
+    subscription::Limits,
+};
+use kube_fanout_proto::v1::{
+    EventType, ResourceRef, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
+    kube_fanout_server::KubeFanoutServer,
+};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    net::TcpListener,
+    process::{ChildStdin, ChildStdout},
+    sync::broadcast,
+    task::JoinHandle,
+};
+use tokio_stream::wrappers::{BroadcastStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{
+    Request, Response, Status,
+    body::Body,
+    server::{Grpc, NamedService, ServerStreamingService},
+    transport::{Channel, Endpoint, Server},
+};
+use tonic_prost::ProstCodec;
+
+/// Events each server keeps (ring or broadcast capacity): more than one
+/// run feeds, so no subscriber is cut off for lagging.
+const HISTORY: usize = 100_000;
+
+/// Distinct objects the feed cycles through.
+const KEYS: u64 = 100;
+
+#[derive(Parser)]
+#[command(about = "kube-fanout fanout vs a naive per-subscriber-encoding tonic broadcast")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve one side of the comparison (started by the benchmark itself).
+    #[command(hide = true)]
+    Serve {
+        /// Which server.
+        mode: Mode,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// kube-fanout's Store and FanoutService.
+    Fanout,
+    /// A broadcast of prost messages, encoded per subscriber.
+    Naive,
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// Live subscribers in the delivery run.
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// HTTP/2 connections the subscribers share.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Events fed in the delivery run.
+    #[arg(long, default_value_t = 1000)]
+    events: u64,
+    /// Events per second fed in the delivery run.
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Size of each object's JSON, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Idle subscribers opened to measure memory per subscriber.
+    #[arg(long, default_value_t = 10_000)]
+    idle: usize,
+    /// Objects in the snapshot run (kube-fanout only: the naive server has
+    /// no cache); 0 skips it.
+    #[arg(long, default_value_t = 100_000)]
+    snapshot_objects: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Serve { mode }) => serve(mode),
+        None => tokio::runtime::Runtime::new()?.block_on(run(cli.run)),
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+/// Runs a server and obeys commands on stdin, one per line, answering
+/// each on stdout: `feed COUNT RATE SIZE`, `load COUNT SIZE`, `cpu`.
+fn serve(mode: Mode) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    let incoming = TcpListenerStream::new(listener);
+    let mut feeder = match mode {
+        Mode::Fanout => {
+            let store = Arc::new(Store::new(configmaps(), HISTORY));
+            store.replace(Vec::new(), ResourceVersion(1));
+            let mut cache = Cache::default();
+            cache.insert(Served::new(store.clone(), Arc::default()));
+            let service =
+                FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new());
+            let server = Server::builder().add_service(KubeFanoutServer::new(service));
+            runtime.spawn(server.serve_with_incoming(incoming));
+            Feeder::Store(store)
+        }
+        Mode::Naive => {
+            let (events, _) = broadcast::channel(HISTORY);
+            let server = Server::builder().add_service(NaiveServer(events.clone()));
+            runtime.spawn(server.serve_with_incoming(incoming));
+            Feeder::Broadcast { events, rv: 1 }
+        }
+    };
+    println!("addr {addr}");
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["feed", count, rate, size] => {
+                feeder.feed(count.parse()?, rate.parse()?, size.parse()?)?
+            }
+            ["load", count, size] => feeder.load(count.parse()?, size.parse()?)?,
+            ["cpu"] => println!("{}", cpu_ns()?),
+            _ => bail!("unknown command {line:?}"),
+        }
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+/// Where a server's events come from.
+enum Feeder {
+    Store(Arc<Store>),
+    Broadcast {
+        events: broadcast::Sender<WatchEvent>,
+        rv: u64,
+    },
+}
+
+impl Feeder {
+    /// Feeds `count` events of `size`-byte objects at `rate` per second.
+    fn feed(&mut self, count: u64, rate: f64, size: usize) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut fed = 0;
+        while fed < count {
+            let due = ((start.elapsed().as_secs_f64() * rate) as u64 + 1).min(count);
+            while fed < due {
+                self.feed_one(size)?;
+                fed += 1;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        println!("fed");
+        Ok(())
+    }
+
+    fn feed_one(&mut self, size: usize) -> anyhow::Result<()> {
+        match self {
+            Feeder::Store(store) => {
+                let rv = store.head().resource_version.0 + 1;
+                let object = parse(&object_json(rv % KEYS, rv, size))?;
+                // A new key is ADDED, as the API server would say, so that
+                // every subscriber receives the event unchanged.
+                let kind = match store.get(&object.key) {
+                    Some(_) => EventKind::Modified,
+                    None => EventKind::Added,
+                };
+                store.apply(kind, object);
+            }
+            Feeder::Broadcast { events, rv } => {
+                *rv += 1;
+                // No subscriber yet is not an error: the event is dropped.
+                let _ = events.send(WatchEvent {
+                    r#type: EventType::Modified.into(),
+                    resource_version: rv.to_string(),
+                    object: object_json(*rv % KEYS, *rv, size),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces a kube-fanout store's contents with `count` objects.
+    fn load(&mut self, count: u64, size: usize) -> anyhow::Result<()> {
+        let Feeder::Store(store) = self else {
+            bail!("only kube-fanout has a cache to load");
+        };
+        let rv = store.head().resource_version.0 + 1;
+        let objects = (0..count)
+            .map(|i| parse(&object_json(i, rv, size)))
+            .collect::<Result<Vec<_>, _>>()?;
+        store.replace(objects, ResourceVersion(rv));
+        println!("loaded");
+        Ok(())
+    }
+}
+
+fn configmaps() -> ResourceType {
+    ResourceType {
+        gvr: GroupVersionResource {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+        },
+        kind: "ConfigMap".into(),
+        namespaced: true,
+    }
+}
+
+fn parse(json: &str) -> anyhow::Result<Object> {
+    let meta = TypeMeta {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+    };
+    Ok(Object::from_json(json, &meta, Transform::default())?)
+}
+
+/// A ConfigMap of about `size` bytes of JSON that says when it was made.
+fn object_json(name: u64, rv: u64, size: usize) -> String {
+    let sent = now_nanos();
+    let mut json = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"bench","resourceVersion":"{rv}"}},"data":{{"sent":"{sent}","pad":""#
+    );
+    let pad = size.saturating_sub(json.len() + 3);
+    json.extend(std::iter::repeat_n('x', pad));
+    json.push_str(r#""}}"#);
+    json
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// This process's CPU time over all its threads, in nanoseconds. Every
+/// thread lives as long as the process, so none is missed.
+fn cpu_ns() -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        let ns = stat.split_whitespace().next().context("empty schedstat")?;
+        total += ns.parse::<u64>()?;
+    }
+    Ok(total)
+}
+
+/// The naive server: answers Watch on the same path as kube-fanout, with
+/// the broadcast's messages encoded by tonic's `ProstCodec` for each
+/// subscriber.
+#[derive(Clone)]
+struct NaiveServer(broadcast::Sender<WatchEvent>);
+
+impl NamedService for NaiveServer {
+    const NAME: &'static str = "kubefanout.v1.KubeFanout";
+}
+
+impl tonic::codegen::Service<http::Request<Body>> for NaiveServer {
+    type Response = http::Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let watch = NaiveWatch(self.0.clone());
+        Box::pin(async move {
+            let mut grpc = Grpc::new(ProstCodec::<WatchEvent, WatchRequest>::default());
+            Ok(grpc.server_streaming(watch, request).await)
+        })
+    }
+}
+
+struct NaiveWatch(broadcast::Sender<WatchEvent>);
+
+impl ServerStreamingService<WatchRequest> for NaiveWatch {
+    type Response = WatchEvent;
+    type ResponseStream = BoxStream<'static, Result<WatchEvent, Status>>;
+    type Future = std::future::Ready<Result<Response<Self::ResponseStream>, Status>>;
+
+    fn call(&mut self, _: Request<WatchRequest>) -> Self::Future {
+        let events = BroadcastStream::new(self.0.subscribe())
+            .map(|event| event.map_err(|e| Status::resource_exhausted(e.to_string())));
+        std::future::ready(Ok(Response::new(events.boxed())))
+    }
+}
+
+// ----------------------------------------------------------- subscribers
+
+/// A server child process.
+struct ServerProcess {
+    child: tokio::process::Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    addr: SocketAddr,
+}
+
+impl ServerProcess {
+    async fn start(mode: Mode) -> anyhow::Result<Self> {
+        let mode = mode.to_possible_value().context("mode name")?;
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["serve", mode.get_name()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let line = stdout.next_line().await?.context("server exited")?;
+        let addr = line.strip_prefix("addr ").context("no address")?.parse()?;
+        Ok(ServerProcess {
+            child,
+            stdin,
+            stdout,
+            addr,
+        })
+    }
+
+    async fn command(&mut self, line: &str) -> anyhow::Result<String> {
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        self.stdout.next_line().await?.context("server exited")
+    }
+
+    async fn cpu(&mut self) -> anyhow::Result<Duration> {
+        Ok(Duration::from_nanos(self.command("cpu").await?.parse()?))
+    }
+
+    fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let pid = self.child.id().context("server exited")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .context("no VmRSS")?;
+        Ok(kib.trim().parse::<u64>()? * 1024)
+    }
+
+    async fn connect(&self, connections: usize) -> anyhow::Result<Vec<Channel>> {
+        let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))?;
+        let mut channels = Vec::new();
+        for _ in 0..connections {
+            channels.push(endpoint.connect().await?);
+        }
+        Ok(channels)
+    }
+}
+
+/// What the subscribers of a run have seen so far.
+#[derive(Default)]
+struct Seen {
+    events: AtomicU64,
+    object_bytes: AtomicU64,
+    /// Subscribers that received at least one event.
+    ready: AtomicU64,
+    /// Whether to record latencies (not during warm-up).
+    recording: AtomicBool,
+}
+
+impl Seen {
+    async fn wait(&self, what: &str, until: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !until(self) {
+            if Instant::now() > deadline {
+                bail!("timed out waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Opens `count` watches spread over `channels`; each task returns the
+/// latencies (µs) it recorded once its stream ends.
+fn subscribe(
+    channels: &[Channel],
+    count: usize,
+    initial_events: bool,
+    seen: &Arc<Seen>,
+) -> Vec<JoinHandle<Vec<u32>>> {
+    (0..count)
+        .map(|i| {
+            let mut client = KubeFanoutClient::new(channels[i % channels.len()].clone());
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let request = WatchRequest {
+                    resource: Some(ResourceRef {
+                        group: String::new(),
+                        version: "v1".into(),
+                        resource: "configmaps".into(),
+                    }),
+                    send_initial_events: initial_events,
+                    ..Default::default()
+                };
+                let Ok(response) = client.watch(request).await else {
+                    return latencies;
+                };
+                let mut stream = response.into_inner();
+                let mut first = true;
+                while let Ok(Some(event)) = stream.message().await {
+                    if std::mem::take(&mut first) {
+                        seen.ready.fetch_add(1, Ordering::Relaxed);
+                    }
+                    seen.events.fetch_add(1, Ordering::Relaxed);
+                    seen.object_bytes
+                        .fetch_add(event.object.len() as u64, Ordering::Relaxed);
+                    if seen.recording.load(Ordering::Relaxed)
+                        && let Some(sent) = sent_at(&event.object)
+                    {
+                        latencies.push((now_nanos().saturating_sub(sent) / 1000) as u32);
+                    }
+                }
+                latencies
+            })
+        })
+        .collect()
+}
+
+fn sent_at(object: &str) -> Option<u64> {
+    let rest = &object[object.find(r#""sent":""#)? + 8..];
+    rest[..rest.find('"')?].parse().ok()
+}
+
+/// Feeds single events until every subscriber has received one, so all
+/// of them are established.
+async fn warm_up(
+    server: &mut ServerProcess,
+    seen: &Seen,
+    subscribers: usize,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.ready.load(Ordering::Relaxed) < subscribers as u64 {
+        if Instant::now() > deadline {
+            bail!("subscribers did not all start");
+        }
+        server.command("feed 1 1 64").await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The delivery run's results for one server.
+struct Deliveries {
+    deliveries: u64,
+    cpu: Duration,
+    wall: Duration,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Deliveries {
+    fn cpu_per_delivery(&self) -> Duration {
+        self.cpu / self.deliveries.max(1) as u32
+    }
+}
+
+async fn deliveries(mode: Mode, args: &RunArgs) -> anyhow::Result<Deliveries> {
+    let mut server = ServerProcess::start(mode).await?;
+    let channels = server.connect(args.connections).await?;
+    let seen = Arc::new(Seen::default());
+    let tasks = subscribe(&channels, args.subscribers, false, &seen);
+    warm_up(&mut server, &seen, args.subscribers).await?;
+    let before = seen.events.load(Ordering::Relaxed);
+    let expected = args.events * args.subscribers as u64;
+    seen.recording.store(true, Ordering::Relaxed);
+    let cpu = server.cpu().await?;
+    let start = Instant::now();
+    server
+        .command(&format!("feed {} {} {}", args.events, args.rate, args.size))
+        .await?;
+    seen.wait("deliveries", |s| {
+        s.events.load(Ordering::Relaxed) - before >= expected
+    })
+    .await?;
+    let wall = start.elapsed();
+    let cpu = server.cpu().await? - cpu;
+    drop(server);
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await?);
+    }
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        let i = ((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1));
+        Duration::from_micros(latencies.get(i).copied().unwrap_or(0).into())
+    };
+    Ok(Deliveries {
+        deliveries: expected,
+        cpu,
+        wall,
+        p50: at(0.5),
+        p99: at(0.99),
+        max: at(1.0),
+    })
+}
+
+/// Server memory per idle subscriber: RSS with `idle` more established
+/// watches, minus RSS with one, over `idle`.
+async fn idle_memory(mode: Mode, args: &RunArgs) -> anyhow::Result<u64> {
+    let mut server = ServerProcess::start(mode).await?;
+    let channels = server.connect(args.connections).await?;
+    let seen = Arc::new(Seen::default());
+    let _first = subscribe(&channels, 1, false, &seen);
+    warm_up(&mut server, &seen, 1).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = server.rss_bytes()?;
+    let _idle = subscribe(&channels, args.idle, false, &seen);
+    warm_up(&mut server, &seen, args.idle + 1).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = server.rss_bytes()?;
+    Ok(after.saturating_sub(before) / args.idle.max(1) as u64)
+}
+
+/// The snapshot run: object bytes per second of one watch's initial
+/// events, and the server CPU it took.
+async fn snapshot(args: &RunArgs) -> anyhow::Result<(f64, Duration, Duration)> {
+    let mut server = ServerProcess::start(Mode::Fanout).await?;
+    server
+        .command(&format!("load {} {}", args.snapshot_objects, args.size))
+        .await?;
+    let channels = server.connect(1).await?;
+    let seen = Arc::new(Seen::default());
+    let cpu = server.cpu().await?;
+    let start = Instant::now();
+    let _watch = subscribe(&channels, 1, true, &seen);
+    // Every object, then the initial-events-end bookmark.
+    let events = args.snapshot_objects as u64 + 1;
+    seen.wait("the snapshot", |s| {
+        s.events.load(Ordering::Relaxed) >= events
+    })
+    .await?;
+    let wall = start.elapsed();
+    let cpu = server.cpu().await? - cpu;
+    let bytes = seen.object_bytes.load(Ordering::Relaxed) as f64;
+    Ok((bytes / wall.as_secs_f64() / 1e6, wall, cpu))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    println!(
+        "delivery run: {} subscribers over {} connections, {} events of {} B at {}/s",
+        args.subscribers, args.connections, args.events, args.size, args.rate
+    );
+    let naive = deliveries(Mode::Naive, &args).await?;
+    let fanout = deliveries(Mode::Fanout, &args).await?;
+    println!("| | naive | kube-fanout | naive / kube-fanout |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, n: Duration, f: Duration| {
+        println!(
+            "| {name} | {n:.2?} | {f:.2?} | {:.2} |",
+            n.as_secs_f64() / f.as_secs_f64().max(1e-12)
+        );
+    };
+    row(
+        "server CPU per delivery",
+        naive.cpu_per_delivery(),
+        fanout.cpu_per_delivery(),
+    );
+    row("server CPU, whole run", naive.cpu, fanout.cpu);
+    row("wall time to deliver all", naive.wall, fanout.wall);
+    row("latency p50", naive.p50, fanout.p50);
+    row("latency p99", naive.p99, fanout.p99);
+    row("latency max", naive.max, fanout.max);
+    println!(
+        "| deliveries/s | {:.0} | {:.0} | |",
+        naive.deliveries as f64 / naive.wall.as_secs_f64(),
+        fanout.deliveries as f64 / fanout.wall.as_secs_f64()
+    );
+    if args.idle > 0 {
+        let naive = idle_memory(Mode::Naive, &args).await?;
+        let fanout = idle_memory(Mode::Fanout, &args).await?;
+        println!(
+            "| server memory per idle subscriber ({} open) | {:.1} KiB | {:.1} KiB | {:.2} |",
+            args.idle,
+            naive as f64 / 1024.0,
+            fanout as f64 / 1024.0,
+            naive as f64 / fanout.max(1) as f64
+        );
+    }
+    if args.snapshot_objects > 0 {
+        let (rate, wall, cpu) = snapshot(&args).await?;
+        println!(
+            "snapshot: {} objects of {} B to one subscriber in {wall:.2?}: {rate:.0} MB/s of objects, server CPU {cpu:.2?}",
+            args.snapshot_objects, args.size
+        );
+    }
+    Ok(())
+}
