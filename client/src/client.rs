@@ -352,8 +352,9 @@ impl<K: DeserializeOwned> Api<K> {
     }
 
     /// A consistent snapshot of the objects matching the selectors of
-    /// `params` (label and field selectors; the rest has no meaning for a
-    /// cache).
+    /// `params` (label and field selectors, and `limit`/`continue` for
+    /// pages of one snapshot; the resourceVersion parameters have no
+    /// meaning for a cache, which always answers from its freshest state).
     pub async fn list(&self, params: &kube::api::ListParams) -> Result<ObjectList<K>, ClientError>
     where
         K: Clone,
@@ -366,12 +367,17 @@ impl<K: DeserializeOwned> Api<K> {
                 namespace: self.namespace.clone(),
                 label_selector: params.label_selector.clone().unwrap_or_default(),
                 field_selector: params.field_selector.clone().unwrap_or_default(),
+                limit: params.limit.unwrap_or_default(),
+                r#continue: params.continue_token.clone().unwrap_or_default(),
             })
             .await?;
         Ok(ObjectList {
             types: kube::core::TypeMeta::default(),
             metadata: kube::core::ListMeta {
                 resource_version: Some(response.resource_version),
+                continue_: (!response.r#continue.is_empty()).then_some(response.r#continue),
+                remaining_item_count: (response.remaining_item_count > 0)
+                    .then(|| i64::try_from(response.remaining_item_count).unwrap_or(i64::MAX)),
                 ..Default::default()
             },
             items: response

@@ -7,8 +7,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::{
-    filter::FilterError, object::ObjectError, resource::GroupVersionResource, store::ReadError,
-    subscription::WatchError,
+    filter::FilterError, object::ObjectError, paging::PageError, resource::GroupVersionResource,
+    store::ReadError, subscription::WatchError,
 };
 
 /// The domain of kube-fanout's `ErrorInfo` details.
@@ -47,6 +47,9 @@ pub enum RequestError {
     /// A Get without a name.
     #[error("the request names no object: set name")]
     MissingName,
+    /// A List page could not be cut.
+    #[error(transparent)]
+    Page(#[from] PageError),
     /// The watch could not start or continue.
     #[error(transparent)]
     Watch(#[from] WatchError),
@@ -77,6 +80,8 @@ impl From<RequestError> for Status {
             | RequestError::MissingName
             | RequestError::Filter(_)
             | RequestError::ResourceVersion(_) => Status::invalid_argument(message),
+            RequestError::Page(PageError::Token(_)) => Status::invalid_argument(message),
+            RequestError::Page(PageError::Read(read)) => RequestError::from(read).into(),
             RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }

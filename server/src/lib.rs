@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod filter;
 pub mod object;
+pub mod paging;
 pub mod reflector;
 pub mod resource;
 pub mod server;

@@ -19,6 +19,7 @@ use crate::{
     error::RequestError,
     filter::Filter,
     object::object_key,
+    paging,
     resource::GroupVersionResource,
     subscription::{self, Limits, Start, WatchSpec},
 };
@@ -109,15 +110,12 @@ impl FanoutService {
             &request.label_selector,
             &request.field_selector,
         )?;
-        let snapshot = served.store.snapshot();
+        let page = paging::page(&served.store, &filter, request.limit, &request.r#continue)?;
         Ok(ListResponse {
-            resource_version: snapshot.resource_version.to_string(),
-            objects: snapshot
-                .objects
-                .iter()
-                .filter(|o| filter.matches(o))
-                .map(|o| o.json.to_string())
-                .collect(),
+            resource_version: page.resource_version.to_string(),
+            objects: page.objects.iter().map(|o| o.json.to_string()).collect(),
+            r#continue: page.next.map(|t| t.encode()).unwrap_or_default(),
+            remaining_item_count: page.remaining,
         })
     }
 

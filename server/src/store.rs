@@ -429,6 +429,45 @@ impl Store {
         }
     }
 
+    /// The exact state at `rv`, rewound from the current state by undoing
+    /// the ring's newer events (each holds the object it replaced). Fails
+    /// as Expired once the ring no longer reaches back to `rv`.
+    pub fn snapshot_at(&self, rv: ResourceVersion) -> Result<Snapshot, ReadError> {
+        let now = self.snapshot();
+        if rv > now.resource_version {
+            return Err(ReadError::TooLarge {
+                asked: rv,
+                current: now.resource_version,
+            });
+        }
+        let cursor = self.cursor_after(rv)?;
+        let expired = |oldest| ReadError::Expired { asked: rv, oldest };
+        let newer = self
+            .read_after(cursor, (now.seq - cursor) as usize)
+            .map_err(expired)?;
+        let mut objects: HashMap<String, Arc<Object>> = now
+            .objects
+            .into_iter()
+            .map(|o| (o.key.clone(), o))
+            .collect();
+        for event in newer.iter().rev() {
+            let Some(object) = &event.object else {
+                continue;
+            };
+            match &event.previous {
+                Some(previous) => objects.insert(previous.key.clone(), previous.clone()),
+                None => objects.remove(&object.key),
+            };
+        }
+        let mut objects: Vec<Arc<Object>> = objects.into_values().collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(Snapshot {
+            resource_version: rv,
+            seq: cursor,
+            objects,
+        })
+    }
+
     /// Up to `max` events after ring position `cursor`, or `Err(oldest)`
     /// with the oldest resumable resourceVersion when the ring has already
     /// dropped some of them.
@@ -710,6 +749,45 @@ pub(crate) mod tests {
         .map(|o| o.json.len())
         .sum();
         assert_eq!(store.head().bytes, applied as u64, "bookmarks add no bytes");
+    }
+
+    #[test]
+    fn a_snapshot_at_an_older_rv_undoes_the_newer_events_exactly() {
+        let store = Store::new(configmaps(), 100);
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        store.apply(EventKind::Modified, object("a", 3, r#"{"v":"3"}"#));
+        store.apply(EventKind::Added, object("c", 4, "{}"));
+        store.apply(EventKind::Deleted, object("b", 5, "{}"));
+        store.apply(EventKind::Modified, object("a", 6, r#"{"v":"6"}"#));
+        let at = |rv| contents(&store.snapshot_at(ResourceVersion(rv)).unwrap().objects);
+        assert_eq!(
+            at(2),
+            BTreeMap::from([("ns/a".into(), 1), ("ns/b".into(), 2)])
+        );
+        assert_eq!(
+            at(3),
+            BTreeMap::from([("ns/a".into(), 3), ("ns/b".into(), 2)])
+        );
+        assert_eq!(
+            at(4),
+            BTreeMap::from([("ns/a".into(), 3), ("ns/b".into(), 2), ("ns/c".into(), 4)])
+        );
+        assert_eq!(
+            at(5),
+            BTreeMap::from([("ns/a".into(), 3), ("ns/c".into(), 4)])
+        );
+        assert_eq!(at(6), contents(&store.snapshot().objects));
+        assert!(matches!(
+            store.snapshot_at(ResourceVersion(7)),
+            Err(ReadError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            store.snapshot_at(ResourceVersion(1)),
+            Err(ReadError::Expired { .. })
+        ));
     }
 
     #[test]

@@ -79,3 +79,72 @@ async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyho
     fanout.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_are_one_snapshot_equal_to_the_api_servers_list_at_its_rv() -> anyhow::Result<()>
+{
+    use kube_fanout_client::proto::ListRequest;
+    use std::collections::BTreeMap;
+
+    let cp = ControlPlane::start().await?;
+    let client = cp.client.clone();
+    create_namespace(&client, "pages").await?;
+    for i in 0..25 {
+        create_configmap(&client, "pages", &format!("cm-{i:02}"), "x").await?;
+    }
+    let fanout = Fanout::start(client.clone(), &["v1/configmaps"]).await?;
+    fanout.wait_synced().await?;
+    let mut grpc = fanout.client().await?;
+    let request = |continue_token: String| ListRequest {
+        resource: Some(configmaps()),
+        namespace: "pages".into(),
+        limit: 10,
+        r#continue: continue_token,
+        ..ListRequest::default()
+    };
+    let first = grpc.grpc().list(request(String::new())).await?.into_inner();
+    assert_eq!((first.objects.len(), first.remaining_item_count), (10, 15));
+
+    // The store moves on between pages; the pages do not.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "pages");
+    api.delete("cm-15", &DeleteParams::default()).await?;
+    create_configmap(&client, "pages", "cm-12a", "late").await?;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let mut objects: BTreeMap<String, ConfigMap> = BTreeMap::new();
+    let mut page = first;
+    loop {
+        for json in &page.objects {
+            let cm: ConfigMap = serde_json::from_str(json)?;
+            objects.insert(cm.metadata.name.clone().unwrap_or_default(), cm);
+        }
+        if page.r#continue.is_empty() {
+            break;
+        }
+        let next = grpc
+            .grpc()
+            .list(request(page.r#continue.clone()))
+            .await?
+            .into_inner();
+        assert_eq!(
+            next.resource_version, page.resource_version,
+            "every page is the same snapshot"
+        );
+        page = next;
+    }
+    assert_eq!(objects.len(), 25);
+    assert_eq!(
+        contents(&objects),
+        contents(&list_at(&client, "pages", &page.resource_version).await?)
+    );
+
+    let bad = grpc
+        .grpc()
+        .list(request("garbage".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().contains("invalid continue token"), "{bad:?}");
+    fanout.stop().await?;
+    Ok(())
+}
