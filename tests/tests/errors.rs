@@ -143,6 +143,21 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
         .unwrap_err();
     assert_eq!(empty_list.code(), Code::InvalidArgument);
 
+    // An oversized request is refused by the transport, naming its size.
+    let oversized = refused(
+        &fanout,
+        WatchRequest {
+            label_selector: "x".repeat(5 << 20),
+            ..watch_list("")
+        },
+    )
+    .await?;
+    assert_eq!(oversized.code(), Code::OutOfRange, "{oversized:?}");
+    assert!(
+        oversized.message().contains("message length too large"),
+        "{oversized:?}"
+    );
+
     // A subscriber that hangs up mid-snapshot costs nothing to the others.
     for i in 0..20 {
         create_configmap(&cp.client, "errors", &format!("cm-{i}"), "x").await?;
