@@ -150,15 +150,18 @@ fn next_after(status: &Status) -> Next {
     }
 }
 
-fn ends_initial_events(event: &WatchEvent) -> bool {
-    serde_json::from_str::<serde_json::Value>(&event.object)
-        .ok()
-        .and_then(|o| {
-            o["metadata"]["annotations"][INITIAL_EVENTS_END]
-                .as_str()
-                .map(|v| v == "true")
-        })
-        .unwrap_or(false)
+/// Whether `event` is the bookmark that ends a snapshot (annotated
+/// [`INITIAL_EVENTS_END`]).
+pub fn ends_initial_events(event: &WatchEvent) -> bool {
+    event.r#type() == EventType::Bookmark
+        && serde_json::from_str::<serde_json::Value>(&event.object)
+            .ok()
+            .and_then(|o| {
+                o["metadata"]["annotations"][INITIAL_EVENTS_END]
+                    .as_str()
+                    .map(|v| v == "true")
+            })
+            .unwrap_or(false)
 }
 
 /// The watch loop over any [`Source`].

@@ -6,14 +6,14 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
-use kube_fanout_client::proto::{EventType, ResourceRef, WatchEvent, WatchRequest};
+use kube_fanout_client::{
+    proto::{EventType, ResourceRef, WatchEvent, WatchRequest},
+    watcher::ends_initial_events,
+};
 use tonic::Streaming;
 
 /// How long a test waits for any single event.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The annotation ending the initial events.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// `v1/configmaps` as a gRPC resource reference.
 pub fn configmaps() -> ResourceRef {
@@ -51,19 +51,6 @@ pub async fn next_change(stream: &mut Streaming<WatchEvent>) -> Result<WatchEven
     }
 }
 
-/// Whether a bookmark's object carries the initial-events-end annotation.
-pub fn ends_initial_events(event: &WatchEvent) -> bool {
-    event.r#type() == EventType::Bookmark
-        && serde_json::from_str::<serde_json::Value>(&event.object)
-            .ok()
-            .and_then(|o| {
-                o["metadata"]["annotations"][INITIAL_EVENTS_END]
-                    .as_str()
-                    .map(|v| v == "true")
-            })
-            .unwrap_or(false)
-}
-
 /// Reads a watch-list snapshot: the ADDED objects by name, and the RV of
 /// the bookmark that ends them.
 pub async fn read_snapshot(
@@ -87,6 +74,16 @@ pub async fn read_snapshot(
             bail!("{name} was sent twice in the snapshot");
         }
     }
+}
+
+/// A ConfigMap's name and resourceVersion.
+pub fn name_and_rv(cm: &ConfigMap) -> Result<(String, u64)> {
+    let rv = cm.metadata.resource_version.as_deref().unwrap_or_default();
+    Ok((
+        cm.metadata.name.clone().unwrap_or_default(),
+        rv.parse()
+            .with_context(|| format!("resourceVersion {rv:?}"))?,
+    ))
 }
 
 /// Decodes an event's ConfigMap.

@@ -293,13 +293,7 @@ async fn kube_apiserver_killed_and_restarted_mid_watch_loses_and_repeats_nothing
             continue;
         }
         let cm = decode(&event)?;
-        let name = cm.metadata.name.clone().unwrap_or_default();
-        let object_rv: u64 = cm
-            .metadata
-            .resource_version
-            .clone()
-            .unwrap_or_default()
-            .parse()?;
+        let (name, object_rv) = name_and_rv(&cm)?;
         let versions = seen_versions.entry(name.clone()).or_default();
         assert!(
             versions

@@ -139,13 +139,7 @@ async fn subscriber(
                 continue;
             }
             let cm = decode(&event)?;
-            let name = cm.metadata.name.clone().unwrap_or_default();
-            let object_rv: u64 = cm
-                .metadata
-                .resource_version
-                .clone()
-                .unwrap_or_default()
-                .parse()?;
+            let (name, object_rv) = name_and_rv(&cm)?;
             let known = view.get(&name).map(|(v, _)| *v);
             match event.r#type() {
                 EventType::Added => {
