@@ -15,6 +15,10 @@
 //!
 //! Each object carries the wall-clock time it was fed at, so subscribers
 //! measure the feed-to-receipt latency.
+//!
+//! A first, in-process run measures the fanout path alone, without tonic's
+//! HTTP/2 transport: the same subscribers' streams drained on one thread,
+//! each event written into a per-subscriber buffer as the codec would.
 
 use std::{
     io::{BufRead, Write},
@@ -39,8 +43,13 @@ use kube_fanout::{
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{
-    EventType, ResourceRef, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
-    kube_fanout_server::KubeFanoutServer,
+    EventType, ResourceRef, WatchEvent, WatchRequest,
+    kube_fanout_client::KubeFanoutClient,
+    kube_fanout_server::{KubeFanout, KubeFanoutServer},
+};
+use prost::{
+    Message,
+    bytes::{Bytes, BytesMut},
 };
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
@@ -49,7 +58,9 @@ use tokio::{
     sync::broadcast,
     task::JoinHandle,
 };
-use tokio_stream::wrappers::{BroadcastStream, TcpListenerStream};
+use tokio_stream::wrappers::{
+    BroadcastStream, TcpListenerStream, errors::BroadcastStreamRecvError,
+};
 use tokio_util::sync::CancellationToken;
 use tonic::{
     Request, Response, Status,
@@ -117,14 +128,121 @@ struct RunArgs {
     /// no cache); 0 skips it.
     #[arg(long, default_value_t = 100_000)]
     snapshot_objects: usize,
+    /// Runs of each comparison, alternating the two servers; the median
+    /// run is reported, as the machine is shared and noisy.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Serve { mode }) => serve(mode),
-        None => tokio::runtime::Runtime::new()?.block_on(run(cli.run)),
+        None => {
+            let (mut naive, mut fanout) = (Vec::new(), Vec::new());
+            for _ in 0..cli.run.repeat.max(1) {
+                naive.push(core(Mode::Naive, &cli.run)?);
+                fanout.push(core(Mode::Fanout, &cli.run)?);
+            }
+            let core = [median(naive, |d| *d), median(fanout, |d| *d)];
+            tokio::runtime::Runtime::new()?.block_on(run(cli.run, core))
+        }
     }
+}
+
+/// The run in the middle by `key`.
+fn median<T, K: Ord>(mut runs: Vec<T>, key: impl Fn(&T) -> K) -> T {
+    runs.sort_by_key(key);
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// kube-fanout's store and service, the store synced and empty.
+fn fanout_service() -> (Arc<Store>, FanoutService) {
+    let store = Arc::new(Store::new(configmaps(), HISTORY));
+    store.replace(Vec::new(), ResourceVersion(1));
+    let mut cache = Cache::default();
+    cache.insert(Served::new(store.clone(), Arc::default()));
+    let service = FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new());
+    (store, service)
+}
+
+/// The fanout path without the network: CPU time per delivery of
+/// `subscribers` streams over the same `events`, drained on this thread,
+/// each event copied into the subscriber's write buffer (kube-fanout) or
+/// prost-encoded into it (naive), as the two servers' codecs do.
+fn core(mode: Mode, args: &RunArgs) -> anyhow::Result<Duration> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (mut feeder, streams): (Feeder, Vec<BoxStream<'static, Outgoing>>) = match mode {
+            Mode::Fanout => {
+                let (store, service) = fanout_service();
+                let mut streams = Vec::new();
+                for _ in 0..args.subscribers {
+                    let request = Request::new(WatchRequest {
+                        resource: Some(configmaps_ref()),
+                        resource_version: "1".into(),
+                        ..Default::default()
+                    });
+                    let stream = service.watch(request).await?.into_inner();
+                    streams.push(stream.map(|e| Outgoing::Encoded(e.map(|e| e.0))).boxed());
+                }
+                (Feeder::Store(store), streams)
+            }
+            Mode::Naive => {
+                let (events, _) = broadcast::channel(HISTORY);
+                let streams = (0..args.subscribers)
+                    .map(|_| {
+                        BroadcastStream::new(events.subscribe())
+                            .map(Outgoing::Message)
+                            .boxed()
+                    })
+                    .collect();
+                (Feeder::Broadcast { events, rv: 1 }, streams)
+            }
+        };
+        for _ in 0..args.events {
+            feeder.feed_one(args.size)?;
+        }
+        let start = thread_cpu_ns()?;
+        let events = args.events as usize;
+        let drains = streams.into_iter().map(|stream| async move {
+            let mut buf = BytesMut::new();
+            let mut stream = stream.take(events);
+            while let Some(write) = stream.next().await {
+                write.into(&mut buf)?;
+                buf.clear();
+            }
+            anyhow::Ok(())
+        });
+        futures::future::try_join_all(drains).await?;
+        let cpu = Duration::from_nanos(thread_cpu_ns()? - start);
+        Ok(cpu / (args.events * args.subscribers as u64) as u32)
+    })
+}
+
+/// What a subscriber's stream hands its codec.
+enum Outgoing {
+    Encoded(Result<Bytes, Status>),
+    Message(Result<WatchEvent, BroadcastStreamRecvError>),
+}
+
+impl Outgoing {
+    fn into(self, buf: &mut BytesMut) -> anyhow::Result<()> {
+        match self {
+            Outgoing::Encoded(bytes) => buf.extend_from_slice(&bytes?),
+            Outgoing::Message(event) => event?.encode(buf)?,
+        }
+        Ok(())
+    }
+}
+
+/// This thread's CPU time, in nanoseconds.
+fn thread_cpu_ns() -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat")?;
+    let ns = stat.split_whitespace().next().context("empty schedstat")?;
+    Ok(ns.parse()?)
 }
 
 // ---------------------------------------------------------------- server
@@ -138,12 +256,7 @@ fn serve(mode: Mode) -> anyhow::Result<()> {
     let incoming = TcpListenerStream::new(listener);
     let mut feeder = match mode {
         Mode::Fanout => {
-            let store = Arc::new(Store::new(configmaps(), HISTORY));
-            store.replace(Vec::new(), ResourceVersion(1));
-            let mut cache = Cache::default();
-            cache.insert(Served::new(store.clone(), Arc::default()));
-            let service =
-                FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new());
+            let (store, service) = fanout_service();
             let server = Server::builder().add_service(KubeFanoutServer::new(service));
             runtime.spawn(server.serve_with_incoming(incoming));
             Feeder::Store(store)
@@ -248,6 +361,14 @@ fn configmaps() -> ResourceType {
         },
         kind: "ConfigMap".into(),
         namespaced: true,
+    }
+}
+
+fn configmaps_ref() -> ResourceRef {
+    ResourceRef {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "configmaps".into(),
     }
 }
 
@@ -434,11 +555,7 @@ fn subscribe(
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let request = WatchRequest {
-                    resource: Some(ResourceRef {
-                        group: String::new(),
-                        version: "v1".into(),
-                        resource: "configmaps".into(),
-                    }),
+                    resource: Some(configmaps_ref()),
                     send_initial_events: initial_events,
                     ..Default::default()
                 };
@@ -586,13 +703,32 @@ async fn snapshot(args: &RunArgs) -> anyhow::Result<(f64, Duration, Duration)> {
     Ok((bytes / wall.as_secs_f64() / 1e6, wall, cpu))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+async fn run(args: RunArgs, [core_naive, core_fanout]: [Duration; 2]) -> anyhow::Result<()> {
     println!(
         "delivery run: {} subscribers over {} connections, {} events of {} B at {}/s",
         args.subscribers, args.connections, args.events, args.size, args.rate
     );
-    let naive = deliveries(Mode::Naive, &args).await?;
-    let fanout = deliveries(Mode::Fanout, &args).await?;
+    let (mut naive, mut fanout) = (Vec::new(), Vec::new());
+    for _ in 0..args.repeat.max(1) {
+        naive.push(deliveries(Mode::Naive, &args).await?);
+        fanout.push(deliveries(Mode::Fanout, &args).await?);
+    }
+    let range = |runs: &[Deliveries]| {
+        let cpu = runs.iter().map(Deliveries::cpu_per_delivery);
+        format!(
+            "{:.2?}–{:.2?}",
+            cpu.clone().min().unwrap_or_default(),
+            cpu.max().unwrap_or_default()
+        )
+    };
+    println!(
+        "server CPU per delivery over {} runs: naive {}, kube-fanout {}",
+        naive.len(),
+        range(&naive),
+        range(&fanout)
+    );
+    let naive = median(naive, Deliveries::cpu_per_delivery);
+    let fanout = median(fanout, Deliveries::cpu_per_delivery);
     println!("| | naive | kube-fanout | naive / kube-fanout |");
     println!("|---|---|---|---|");
     let row = |name: &str, n: Duration, f: Duration| {
@@ -601,6 +737,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             n.as_secs_f64() / f.as_secs_f64().max(1e-12)
         );
     };
+    row(
+        "fanout path CPU per delivery, in-process",
+        core_naive,
+        core_fanout,
+    );
     row(
         "server CPU per delivery",
         naive.cpu_per_delivery(),
