@@ -137,6 +137,9 @@ pub struct ReflectorStatus {
     pub failures: u64,
     /// The last RV the store was synced to.
     pub last_sync_resource_version: Option<ResourceVersion>,
+    /// Times a watch-list went 10 s after its last event without the
+    /// initial-events-end bookmark (each also logged as a warning).
+    pub end_bookmark_warnings: u64,
     /// Differences the last watch-list consistency check found, if one ran.
     pub consistency_differences: Option<usize>,
 }
@@ -574,6 +577,7 @@ impl Reflector {
                         objects = initial.len(),
                         "the initial-events-end bookmark has not arrived 10s after the last event"
                     );
+                    self.status.lock().end_bookmark_warnings += 1;
                     last_event = Instant::now();
                     continue;
                 }

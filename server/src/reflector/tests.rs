@@ -568,3 +568,21 @@ async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
     );
     assert!(matches!(run.await.unwrap(), State::Watch(None)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_list_without_its_end_bookmark_10s_after_the_last_event_warns() {
+    let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
+    let status = reflector.status();
+    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let (_, send) = next(&mut handle).await;
+    let (tx, response) = streaming();
+    send.send_response(response);
+    tx.send(event("ADDED", &cm("a", 5))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(status.lock().end_bookmark_warnings, 0, "not yet: 9 s");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status.lock().end_bookmark_warnings, 1);
+    tx.send(bookmark(6, true)).await.unwrap();
+    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+    assert_eq!(keys(&store), ["ns/a"]);
+}
