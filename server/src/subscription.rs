@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -143,40 +143,20 @@ pub fn watch(
     limits: Limits,
     stop: CancellationToken,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    let watch = watch_until_error(store, spec, limits);
-    async_stream::stream! {
-        let mut watch = std::pin::pin!(watch);
-        let mut last_delivered = ResourceVersion::default();
-        loop {
-            let next = tokio::select! {
-                next = watch.next() => next,
-                () = stop.cancelled() => Some(Err(WatchError::ShuttingDown { last_delivered })),
-            };
-            match next {
-                Some(Ok(delivery)) => {
-                    last_delivered = delivery.resource_version;
-                    yield Ok(delivery);
-                }
-                Some(Err(err)) => {
-                    yield Err(err);
-                    break;
-                }
-                None => break,
-            }
-        }
-    }
-}
-
-fn watch_until_error(
-    store: Arc<Store>,
-    spec: WatchSpec,
-    limits: Limits,
-) -> impl Stream<Item = Result<Delivery, WatchError>> {
     async_stream::try_stream! {
+        // Pinned once: a subscriber wakes for every event, and creating a
+        // timer or a cancellation future per wake-up showed in profiles.
+        let cancelled = stop.cancelled();
+        tokio::pin!(cancelled);
         let mut head = store.subscribe();
-        wait_for(&mut head, |h| h.synced, None)
-            .await
-            .map_err(|_| ReadError::NotSynced)?;
+        let shutting_down = |last_delivered| WatchError::ShuttingDown { last_delivered };
+        let synced = tokio::select! {
+            synced = wait_for(&mut head, |h| h.synced, None) => {
+                synced.map_err(|_| WatchError::from(ReadError::NotSynced))
+            }
+            () = &mut cancelled => Err(shutting_down(ResourceVersion::default())),
+        };
+        synced?;
         let (mut cursor, mut last) = match spec.start {
             Start::At(rv) if !spec.send_initial_events => {
                 wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
@@ -209,7 +189,14 @@ fn watch_until_error(
         // what a progress bookmark may promise.
         let mut read_rv = last;
         let mut last_sent = Instant::now();
+        // Re-armed lazily: when it fires early, it is moved to the real
+        // deadline, so sending an event costs no timer operation.
+        let progress = tokio::time::sleep_until(last_sent + limits.progress_interval);
+        tokio::pin!(progress);
         loop {
+            if stop.is_cancelled() {
+                Err(shutting_down(last))?;
+            }
             let now = *head.borrow_and_update();
             let events = store
                 .read_after(cursor, BATCH)
@@ -217,16 +204,24 @@ fn watch_until_error(
                 .filter(|events| !lagging(&now, cursor, events.first(), &limits))
                 .ok_or(WatchError::Lagged { last_delivered: last })?;
             if events.is_empty() {
-                let wake = last_sent + limits.progress_interval;
-                match tokio::time::timeout_at(wake, head.changed()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => break,
-                    Err(_) => {
-                        if spec.allow_bookmarks && read_rv > last {
-                            last = read_rv;
-                            yield bookmark(&store, read_rv, false);
+                let wake = tokio::select! {
+                    changed = head.changed() => Wake::Changed { store_gone: changed.is_err() },
+                    () = &mut cancelled => Wake::Stop,
+                    () = &mut progress => Wake::Progress,
+                };
+                match wake {
+                    Wake::Changed { store_gone: true } => break,
+                    Wake::Changed { store_gone: false } => {}
+                    Wake::Stop => Err(shutting_down(last))?,
+                    Wake::Progress => {
+                        if Instant::now() >= last_sent + limits.progress_interval {
+                            if spec.allow_bookmarks && read_rv > last {
+                                last = read_rv;
+                                yield bookmark(&store, read_rv, false);
+                            }
+                            last_sent = Instant::now();
                         }
-                        last_sent = Instant::now();
+                        progress.as_mut().reset(last_sent + limits.progress_interval);
                     }
                 }
                 continue;
@@ -242,6 +237,16 @@ fn watch_until_error(
             }
         }
     }
+}
+
+/// What woke an idle subscriber.
+enum Wake {
+    /// The store's head moved, or the store is gone.
+    Changed { store_gone: bool },
+    /// The server is shutting down.
+    Stop,
+    /// The progress-bookmark timer fired (perhaps early; see its re-arming).
+    Progress,
 }
 
 /// Whether a subscriber at ring position `cursor`, whose next unread event
@@ -332,6 +337,8 @@ fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Del
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
     use crate::store::tests::{configmaps, object};
 
