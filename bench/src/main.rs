@@ -37,7 +37,7 @@ use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube_fanout::{
     cache::{Cache, Served},
     object::{Object, ResourceVersion, Transform, TypeMeta},
-    resource::{GroupVersionResource, ResourceType},
+    resource::ResourceType,
     service::FanoutService,
     store::{EventKind, Store},
     subscription::Limits,
@@ -354,11 +354,7 @@ impl Feeder {
 
 fn configmaps() -> ResourceType {
     ResourceType {
-        gvr: GroupVersionResource {
-            group: String::new(),
-            version: "v1".into(),
-            resource: "configmaps".into(),
-        },
+        gvr: "v1/configmaps".parse().expect("a valid resource"),
         kind: "ConfigMap".into(),
         namespaced: true,
     }

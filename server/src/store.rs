@@ -522,18 +522,11 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{
-        object::{Transform, TypeMeta},
-        resource::GroupVersionResource,
-    };
+    use crate::object::{Transform, TypeMeta};
 
     pub(crate) fn configmaps() -> ResourceType {
         ResourceType {
-            gvr: GroupVersionResource {
-                group: String::new(),
-                version: "v1".into(),
-                resource: "configmaps".into(),
-            },
+            gvr: "v1/configmaps".parse().expect("a valid resource"),
             kind: "ConfigMap".into(),
             namespaced: true,
         }
