@@ -23,6 +23,14 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1:50051", env = "KUBE_FANOUT_LISTEN")]
     pub listen: SocketAddr,
 
+    /// Address of the Prometheus metrics listener (`GET /metrics`).
+    #[arg(
+        long,
+        default_value = "127.0.0.1:9090",
+        env = "KUBE_FANOUT_METRICS_LISTEN"
+    )]
+    pub metrics_listen: SocketAddr,
+
     /// Kubeconfig file; defaults to $KUBECONFIG, ~/.kube/config, then the
     /// in-cluster service account.
     #[arg(long, env = "KUBECONFIG")]

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod filter;
+pub mod metrics;
 pub mod object;
 pub mod paging;
 pub mod reflector;

@@ -24,6 +24,7 @@ async fn main() -> anyhow::Result<()> {
         reflector: config.reflector(),
         history: config.history(),
         limits: config.limits(),
+        metrics_addr: Some(config.metrics_listen),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
     tokio::spawn(async move {

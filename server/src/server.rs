@@ -3,6 +3,7 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
+use futures::TryFutureExt;
 use kube_fanout_proto::v1::{FILE_DESCRIPTOR_SET, kube_fanout_server::KubeFanoutServer};
 use tokio::{net::TcpListener, task::JoinSet};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -11,6 +12,7 @@ use tracing::{Instrument, info, info_span};
 
 use crate::{
     cache::{Cache, Served},
+    metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
     service::FanoutService,
@@ -29,6 +31,8 @@ pub struct ServerOptions {
     pub history: HistoryLimits,
     /// Watch limits.
     pub limits: Limits,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Why the server could not start or stopped.
@@ -55,6 +59,8 @@ const SERVICE_NAME: &str = "kubefanout.v1.KubeFanout";
 pub struct Running {
     /// The address the gRPC listener is bound to.
     pub local_addr: SocketAddr,
+    /// The address the metrics listener is bound to, if one was asked for.
+    pub metrics_addr: Option<SocketAddr>,
     /// The served types.
     pub cache: Arc<Cache>,
     tasks: JoinSet<Result<(), ServeError>>,
@@ -121,6 +127,21 @@ pub async fn start(
         report_health(cache.clone(), health, cancel.clone()).instrument(info_span!("health")),
     );
 
+    let metrics_addr = match options.metrics_addr {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let registry = metrics::registry(cache.clone());
+            tasks.spawn(
+                metrics::serve(listener, registry, cancel.clone())
+                    .map_err(ServeError::Io)
+                    .instrument(info_span!("metrics", %bound)),
+            );
+            Some(bound)
+        }
+        None => None,
+    };
+
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -152,6 +173,7 @@ pub async fn start(
     info!(%local_addr, "serving");
     Ok(Running {
         local_addr,
+        metrics_addr,
         cache,
         tasks,
         cancel,

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Fanout {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where it serves Prometheus metrics.
+    pub metrics_addr: Option<SocketAddr>,
     /// What it was started with, to start it again.
     pub options: ServerOptions,
     running: Option<Running>,
@@ -45,6 +47,7 @@ impl Fanout {
             reflector: ReflectorConfig::default(),
             history: HistoryLimits::default(),
             limits: Limits::default(),
+            metrics_addr: Some("127.0.0.1:0".parse()?),
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await
@@ -62,6 +65,7 @@ impl Fanout {
         let running = server::start(client, listener, options.clone(), cancel.clone()).await?;
         Ok(Fanout {
             addr: running.local_addr,
+            metrics_addr: running.metrics_addr,
             options,
             running: Some(running),
             cancel,

@@ -197,3 +197,19 @@ pub async fn run(program: &std::path::Path, args: &[&str]) -> Result<Output> {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
 }
+
+/// The body of a plain HTTP/1.0 GET of `path` on `addr` (loopback).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP header")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!("GET {path}: {head}");
+    }
+    Ok(body.to_owned())
+}

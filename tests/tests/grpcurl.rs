@@ -83,6 +83,21 @@ async fn grpcurl_lists_describes_and_calls_the_service() -> anyhow::Result<()> {
         ]
     );
 
+    let metrics = http_get(fanout.metrics_addr.expect("metrics are served"), "/metrics").await?;
+    for line in [
+        r#"kube_fanout_synced{resource="v1/configmaps"} 1"#,
+        r#"kube_fanout_synced{resource="apps/v1/deployments"} 1"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing from\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains(r#"kube_fanout_objects{resource="v1/configmaps"}"#),
+        "{metrics}"
+    );
+
     let request = r#"{"resource":{"version":"v1","resource":"configmaps"},"namespace":"grpcurl","sendInitialEvents":true,"allowBookmarks":true}"#;
     let watch = run(
         &grpcurl,

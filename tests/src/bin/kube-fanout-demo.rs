@@ -43,6 +43,7 @@ async fn main() -> Result<()> {
     }
 
     let addr = format!("127.0.0.1:{}", free_port()?);
+    let metrics = format!("127.0.0.1:{}", free_port()?);
     let mut server = tokio::process::Command::new(&args.kube_fanout)
         .args(["--kubeconfig", &cp.kubeconfig.display().to_string()])
         .args([
@@ -52,6 +53,7 @@ async fn main() -> Result<()> {
             "apps/v1/deployments",
         ])
         .args(["--listen", &addr])
+        .args(["--metrics-listen", &metrics])
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -61,6 +63,7 @@ async fn main() -> Result<()> {
     eprintln!(
         "  $(bash tests/tools/install.sh grpcurl) -plaintext {addr} kubefanout.v1.KubeFanout/ListResources"
     );
+    eprintln!("  curl -s http://{metrics}/metrics");
     eprintln!();
 
     let mut stream = client.watch(watch_list("demo")).await?;

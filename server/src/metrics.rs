@@ -1,0 +1,221 @@
+//! Prometheus metrics, read from the cache at scrape time: what an operator
+//! graphs per resource type (objects, subscribers, sync, events and bytes
+//! published, the reflector's lists, watches and failures). Nothing is
+//! counted twice: the store's ring position is the events counter.
+
+use std::{fmt, sync::Arc};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    cache::{Cache, Served},
+    reflector::ReflectorStatus,
+    store::StoreStatus,
+};
+
+/// Reads every served type's state when scraped.
+#[derive(Debug)]
+pub struct CacheCollector(pub Arc<Cache>);
+
+/// One metric family: its name, help, type, and how to read its value.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    value: fn(&Served, &StoreStatus, &ReflectorStatus) -> u64,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "kube_fanout_objects",
+        help: "Objects in the cache.",
+        kind: MetricType::Gauge,
+        value: |_, s, _| s.objects,
+    },
+    Family {
+        name: "kube_fanout_subscribers",
+        help: "Open Watch streams.",
+        kind: MetricType::Gauge,
+        value: |served, _, _| served.subscribers(),
+    },
+    Family {
+        name: "kube_fanout_synced",
+        help: "1 once the first list or watch-list has been applied.",
+        kind: MetricType::Gauge,
+        value: |_, s, _| u64::from(s.head.synced),
+    },
+    Family {
+        name: "kube_fanout_resource_version",
+        help: "The resourceVersion the cache is at.",
+        kind: MetricType::Gauge,
+        value: |_, s, _| s.head.resource_version.0,
+    },
+    Family {
+        name: "kube_fanout_events",
+        help: "Events published to subscribers (changes, relist differences, bookmarks).",
+        kind: MetricType::Counter,
+        value: |_, s, _| s.head.seq,
+    },
+    Family {
+        name: "kube_fanout_event_bytes",
+        help: "Bytes of object JSON published to subscribers.",
+        kind: MetricType::Counter,
+        value: |_, s, _| s.head.bytes,
+    },
+    Family {
+        name: "kube_fanout_relists",
+        help: "Relists that replaced the cache after its first sync.",
+        kind: MetricType::Counter,
+        value: |_, s, _| s.relists,
+    },
+    Family {
+        name: "kube_fanout_reflector_lists",
+        help: "LISTs the reflector completed.",
+        kind: MetricType::Counter,
+        value: |_, _, r| r.lists,
+    },
+    Family {
+        name: "kube_fanout_reflector_watch_lists",
+        help: "Watch-list syncs the reflector completed.",
+        kind: MetricType::Counter,
+        value: |_, _, r| r.watch_lists,
+    },
+    Family {
+        name: "kube_fanout_reflector_watches",
+        help: "WATCH requests the reflector opened.",
+        kind: MetricType::Counter,
+        value: |_, _, r| r.watches,
+    },
+    Family {
+        name: "kube_fanout_reflector_failures",
+        help: "Reflector failures that led to a backoff.",
+        kind: MetricType::Counter,
+        value: |_, _, r| r.failures,
+    },
+];
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let states: Vec<_> = self
+            .0
+            .iter()
+            .map(|served| {
+                let labels = vec![("resource", served.resource().gvr.to_string())];
+                (
+                    served,
+                    labels,
+                    served.store.status(),
+                    served.reflector.lock().clone(),
+                )
+            })
+            .collect();
+        for family in FAMILIES {
+            let mut metric =
+                encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
+            for (served, labels, store, reflector) in &states {
+                let value = (family.value)(served, store, reflector);
+                let encoder = metric.encode_family(labels)?;
+                match family.kind {
+                    MetricType::Counter => ConstCounter::new(value).encode(encoder)?,
+                    _ => {
+                        ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)?
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The registry holding the cache's metrics.
+pub fn registry(cache: Arc<Cache>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(CacheCollector(cache)));
+    registry
+}
+
+/// The text exposition of `registry`.
+pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// The content type of the OpenMetrics text format `render` writes.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Serves `GET /metrics` on `listener` until `cancel` fires.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Registry,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let registry = Arc::new(registry);
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let registry = registry.clone();
+            async move {
+                render(&registry)
+                    .map(|text| ([(http::header::CONTENT_TYPE, OPENMETRICS)], text))
+                    .map_err(|_| http::StatusCode::INTERNAL_SERVER_ERROR)
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::{
+        object::ResourceVersion,
+        store::{
+            EventKind, Store,
+            tests::{configmaps, object},
+        },
+    };
+
+    #[test]
+    fn every_family_is_exposed_per_resource_type_with_its_value() {
+        let store = Arc::new(Store::new(configmaps(), 10));
+        store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
+        store.apply(EventKind::Added, object("b", 4, "{}"));
+        let reflector = Arc::new(Mutex::new(ReflectorStatus {
+            watches: 2,
+            failures: 1,
+            ..ReflectorStatus::default()
+        }));
+        let mut cache = Cache::default();
+        cache.insert(Served::new(store, reflector));
+        let served = cache.iter().next().unwrap().clone();
+        let _subscriber = served.subscriber();
+        let text = render(&registry(Arc::new(cache))).unwrap();
+        for line in [
+            r#"kube_fanout_objects{resource="v1/configmaps"} 2"#,
+            r#"kube_fanout_subscribers{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_synced{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_resource_version{resource="v1/configmaps"} 4"#,
+            r#"kube_fanout_events_total{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_reflector_watches_total{resource="v1/configmaps"} 2"#,
+            r#"kube_fanout_reflector_failures_total{resource="v1/configmaps"} 1"#,
+            "# TYPE kube_fanout_event_bytes counter",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+    }
+}
