@@ -1,7 +1,7 @@
 //! kubectl-fanout against a real kube-fanout and API server: every
 //! command's output, and the errors a person meets.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use serde_json::Value;
 
@@ -171,8 +171,27 @@ async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<
     assert_eq!(code, 0);
     assert_eq!(cells(&out)[1][0], "alpha");
 
-    // watch --since: exactly the changes after RV, as they happen.
-    let since = beta.metadata.resource_version.clone().unwrap();
+    // watch --since: exactly the changes after RV, as they happen. The RV
+    // is the server's own (it has seen beta): one from before its first
+    // sync would be older than its history, which is Expired.
+    let since = kube_fanout_client::Client::connect(&server)
+        .await?
+        .list_resources()
+        .await?
+        .resources
+        .iter()
+        .find(|r| r.kind == "ConfigMap")
+        .map(|r| r.resource_version.clone())
+        .context("configmaps are served")?;
+    assert!(
+        since.parse::<u64>()?
+            >= beta
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or("0")
+                .parse::<u64>()?
+    );
     let gamma = create_configmap(&kube, "cli", "gamma", "3").await?;
     let mut watch = tokio::process::Command::new(CLI)
         .args([
