@@ -1,5 +1,6 @@
 //! The set of served resource types: each one's store, its reflector's
-//! status and its subscriber count, looked up by group/version/resource.
+//! status and its subscribers (how many are open, and how many watches
+//! ended with which error), looked up by group/version/resource.
 
 use std::{
     collections::BTreeMap,
@@ -15,6 +16,7 @@ use crate::{
     reflector::ReflectorStatus,
     resource::{GroupVersionResource, ResourceType},
     store::Store,
+    subscription::WatchError,
 };
 
 /// One served resource type.
@@ -24,16 +26,30 @@ pub struct Served {
     pub store: Arc<Store>,
     /// What its reflector is doing.
     pub reflector: Arc<Mutex<ReflectorStatus>>,
-    subscribers: Arc<AtomicU64>,
+    subscribers: Arc<Subscribers>,
+}
+
+#[derive(Debug, Default)]
+struct Subscribers {
+    open: AtomicU64,
+    /// Watches that ended with an error, by its reason. Rare, so a lock.
+    ended: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Counts one subscriber for as long as it lives.
 #[derive(Debug)]
-pub struct SubscriberGuard(Arc<AtomicU64>);
+pub struct SubscriberGuard(Arc<Subscribers>);
+
+impl SubscriberGuard {
+    /// Records that the watch ended with `err`.
+    pub fn ended(&self, err: &WatchError) {
+        *self.0.ended.lock().entry(err.reason()).or_default() += 1;
+    }
+}
 
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -54,13 +70,18 @@ impl Served {
 
     /// Registers a subscriber until the guard drops.
     pub fn subscriber(&self) -> SubscriberGuard {
-        self.subscribers.fetch_add(1, Ordering::Relaxed);
+        self.subscribers.open.fetch_add(1, Ordering::Relaxed);
         SubscriberGuard(self.subscribers.clone())
     }
 
     /// Open subscriptions.
     pub fn subscribers(&self) -> u64 {
-        self.subscribers.load(Ordering::Relaxed)
+        self.subscribers.open.load(Ordering::Relaxed)
+    }
+
+    /// How many watches ended with an error, by the error's reason.
+    pub fn watch_errors(&self) -> BTreeMap<&'static str, u64> {
+        self.subscribers.ended.lock().clone()
     }
 }
 

@@ -7,8 +7,12 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::{
-    filter::FilterError, object::ObjectError, paging::PageError, resource::GroupVersionResource,
-    store::ReadError, subscription::WatchError,
+    filter::FilterError,
+    object::{ObjectError, ResourceVersion},
+    paging::PageError,
+    resource::GroupVersionResource,
+    store::ReadError,
+    subscription::WatchError,
 };
 
 /// The domain of kube-fanout's `ErrorInfo` details.
@@ -61,10 +65,10 @@ impl From<ReadError> for RequestError {
     }
 }
 
-fn with_reason(code: Code, message: String, reason: &str, rv: Option<String>) -> Status {
-    let metadata: std::collections::HashMap<String, String> = rv
-        .map(|rv| [("resourceVersion".to_owned(), rv)].into_iter().collect())
-        .unwrap_or_default();
+/// A status whose ErrorInfo names `reason` and the resourceVersion to act on.
+fn with_reason(code: Code, message: String, reason: &str, rv: ResourceVersion) -> Status {
+    let metadata: std::collections::HashMap<String, String> =
+        [("resourceVersion".to_owned(), rv.to_string())].into();
     Status::with_error_details(
         code,
         message,
@@ -85,37 +89,28 @@ impl From<RequestError> for Status {
             RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
-            RequestError::Watch(WatchError::Read(ReadError::Expired { oldest, .. })) => {
-                with_reason(
-                    Code::OutOfRange,
-                    message,
-                    "Expired",
-                    Some(oldest.to_string()),
-                )
+            RequestError::Watch(watch) => {
+                let reason = watch.reason();
+                let (code, rv) = match watch {
+                    WatchError::Read(ReadError::Expired { oldest, .. }) => {
+                        (Code::OutOfRange, Some(oldest))
+                    }
+                    WatchError::Read(ReadError::TooLarge { current, .. }) => {
+                        (Code::DeadlineExceeded, Some(current))
+                    }
+                    WatchError::Read(ReadError::NotSynced) => (Code::Unavailable, None),
+                    WatchError::ShuttingDown { last_delivered } => {
+                        (Code::Unavailable, Some(last_delivered))
+                    }
+                    WatchError::Lagged { last_delivered } => {
+                        (Code::ResourceExhausted, Some(last_delivered))
+                    }
+                };
+                match rv {
+                    Some(rv) => with_reason(code, message, reason, rv),
+                    None => Status::new(code, message),
+                }
             }
-            RequestError::Watch(WatchError::Read(ReadError::TooLarge { current, .. })) => {
-                with_reason(
-                    Code::DeadlineExceeded,
-                    message,
-                    "TooLargeResourceVersion",
-                    Some(current.to_string()),
-                )
-            }
-            RequestError::Watch(WatchError::Read(ReadError::NotSynced)) => {
-                Status::unavailable(message)
-            }
-            RequestError::Watch(WatchError::ShuttingDown { last_delivered }) => with_reason(
-                Code::Unavailable,
-                message,
-                "ShuttingDown",
-                Some(last_delivered.to_string()),
-            ),
-            RequestError::Watch(WatchError::Lagged { last_delivered }) => with_reason(
-                Code::ResourceExhausted,
-                message,
-                "SubscriberLagged",
-                Some(last_delivered.to_string()),
-            ),
         }
     }
 }
@@ -123,7 +118,6 @@ impl From<RequestError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::ResourceVersion;
 
     #[test]
     fn expired_carries_a_machine_readable_reason() {

@@ -1,6 +1,7 @@
 //! Prometheus metrics, read from the cache at scrape time: what an operator
 //! graphs per resource type (objects, subscribers, sync, events and bytes
-//! published, the reflector's lists, watches and failures). Nothing is
+//! published, watches ended by error, the reflector's lists, watches and
+//! failures). Nothing is
 //! counted twice: the store's ring position is the events counter.
 
 use std::{fmt, sync::Arc};
@@ -116,6 +117,22 @@ impl Collector for CacheCollector {
                 )
             })
             .collect();
+        let mut errors = encoder.encode_descriptor(
+            "kube_fanout_watch_errors",
+            "Watches that ended with an error, by its reason (SubscriberLagged, Expired, ...).",
+            None,
+            MetricType::Counter,
+        )?;
+        for served in self.0.iter() {
+            let resource = served.resource().gvr.to_string();
+            for (reason, count) in served.watch_errors() {
+                let labels = vec![
+                    ("resource", resource.clone()),
+                    ("reason", reason.to_owned()),
+                ];
+                ConstCounter::new(count).encode(errors.encode_family(&labels)?)?;
+            }
+        }
         for family in FAMILIES {
             let mut metric =
                 encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
@@ -200,7 +217,10 @@ mod tests {
         let mut cache = Cache::default();
         cache.insert(Served::new(store, reflector));
         let served = cache.iter().next().unwrap().clone();
-        let _subscriber = served.subscriber();
+        let subscriber = served.subscriber();
+        subscriber.ended(&crate::subscription::WatchError::Lagged {
+            last_delivered: ResourceVersion(4),
+        });
         let text = render(&registry(Arc::new(cache))).unwrap();
         for line in [
             r#"kube_fanout_objects{resource="v1/configmaps"} 2"#,
@@ -211,6 +231,7 @@ mod tests {
             r#"kube_fanout_reflector_watches_total{resource="v1/configmaps"} 2"#,
             r#"kube_fanout_reflector_failures_total{resource="v1/configmaps"} 1"#,
             "# TYPE kube_fanout_event_bytes counter",
+            r#"kube_fanout_watch_errors_total{resource="v1/configmaps",reason="SubscriberLagged"} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -92,11 +92,14 @@ impl FanoutService {
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
         Ok(events.map(move |result| {
-            // Held for the stream's life: the subscriber count drops with it.
-            let _counted = &guard;
+            // The guard lives as long as the stream: the subscriber count
+            // drops with it.
             result
                 .map(|delivery| encoder.encode(&delivery))
-                .map_err(|e| Status::from(RequestError::from(e)))
+                .map_err(|e| {
+                    guard.ended(&e);
+                    Status::from(RequestError::from(e))
+                })
         }))
     }
 

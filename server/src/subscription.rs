@@ -134,6 +134,20 @@ pub enum WatchError {
     },
 }
 
+impl WatchError {
+    /// The machine-readable reason: the `google.rpc.ErrorInfo` reason of
+    /// the status a client gets, and the label of the metric counting them.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            WatchError::Read(ReadError::Expired { .. }) => "Expired",
+            WatchError::Read(ReadError::TooLarge { .. }) => "TooLargeResourceVersion",
+            WatchError::Read(ReadError::NotSynced) => "NotSynced",
+            WatchError::ShuttingDown { .. } => "ShuttingDown",
+            WatchError::Lagged { .. } => "SubscriberLagged",
+        }
+    }
+}
+
 /// The stream a subscriber receives (see the module docs). It ends with
 /// [`WatchError::ShuttingDown`] once `stop` fires, so that a server's
 /// graceful shutdown is not held up by watches that never end.

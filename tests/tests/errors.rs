@@ -116,6 +116,18 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
         }
     }
 
+    // Operators see the watches that ended with an error, by reason.
+    let metrics = http_get(fanout.metrics_addr.expect("metrics are served"), "/metrics").await?;
+    for reason in ["Expired", "TooLargeResourceVersion"] {
+        let line = format!(
+            r#"kube_fanout_watch_errors_total{{resource="v1/configmaps",reason="{reason}"}} 1"#
+        );
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing from\n{metrics}"
+        );
+    }
+
     let mut client = fanout.client().await?;
     let missing = client
         .grpc()
