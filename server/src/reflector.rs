@@ -508,30 +508,15 @@ impl Reflector {
     async fn watch_list_step(&mut self) -> State {
         self.set_phase(Phase::WatchListing);
         let from = self.rewatch_from();
-        let timeout = self.watch_timeout();
-        let started = Instant::now();
-        self.status.lock().watches += 1;
-        let opened = self
-            .upstream
-            .watch(&[
-                ("watch", "true"),
-                ("allowWatchBookmarks", "true"),
-                ("sendInitialEvents", "true"),
-                ("resourceVersionMatch", "NotOlderThan"),
-                ("resourceVersion", &from),
-                ("timeoutSeconds", &timeout),
-            ])
-            .await
-            .map_err(ReflectorError::from);
-        let outcome = match opened {
-            Ok(mut lines) => self
-                .stream_initial_events(&mut lines)
+        let outcome = match self.open_watch(&from, true).await {
+            Ok(mut open) => self
+                .stream_initial_events(&mut open.lines)
                 .await
-                .map(|(objects, rv)| (lines, objects, rv)),
+                .map(|(objects, rv)| (open, objects, rv)),
             Err(err) => Err(err),
         };
         match outcome {
-            Ok((lines, objects, rv)) => {
+            Ok((open, objects, rv)) => {
                 info!(%rv, from = %from, objects = objects.len(), "synced with watch-list");
                 self.last_sync_unavailable = false;
                 if self.config.check_watch_list_consistency {
@@ -540,7 +525,7 @@ impl Reflector {
                 self.store.replace(objects, rv);
                 self.synced_to(rv);
                 self.status.lock().watch_lists += 1;
-                State::Watch(Some(OpenWatch { lines, started }))
+                State::Watch(Some(open))
             }
             Err(err) if err.can_rewatch() => self.fail(&err, State::WatchList),
             Err(err) if err.rv_unavailable() => {
@@ -634,7 +619,10 @@ impl Reflector {
         self.set_phase(Phase::Watching);
         let open = match open {
             Some(open) => open,
-            None => match self.open_watch().await {
+            None => match self
+                .open_watch(&self.last_sync.unwrap_or_default().to_string(), false)
+                .await
+            {
                 Ok(open) => open,
                 Err(err) if err.can_rewatch() => return self.fail(&err, State::Watch(None)),
                 Err(err) => {
@@ -668,22 +656,31 @@ impl Reflector {
         }
     }
 
-    async fn open_watch(&mut self) -> Result<OpenWatch, ReflectorError> {
-        let from = self.last_sync.unwrap_or_default().to_string();
+    /// Opens a WATCH from `from` with bookmarks and a jittered timeout;
+    /// with `initial_events`, a watch-list (`sendInitialEvents=true`).
+    async fn open_watch(
+        &mut self,
+        from: &str,
+        initial_events: bool,
+    ) -> Result<OpenWatch, ReflectorError> {
         let timeout = self.watch_timeout();
+        let mut query = vec![
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", from),
+            ("timeoutSeconds", &timeout),
+        ];
+        if initial_events {
+            query.extend([
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan"),
+            ]);
+        }
         // The clock starts before the request: some proxies send headers
         // only with the first event.
         let started = Instant::now();
         self.status.lock().watches += 1;
-        let lines = self
-            .upstream
-            .watch(&[
-                ("watch", "true"),
-                ("allowWatchBookmarks", "true"),
-                ("resourceVersion", &from),
-                ("timeoutSeconds", &timeout),
-            ])
-            .await?;
+        let lines = self.upstream.watch(&query).await?;
         Ok(OpenWatch { lines, started })
     }
 
