@@ -171,19 +171,16 @@ pub fn watch(
             () = &mut cancelled => Err(shutting_down(ResourceVersion::default())),
         };
         synced?;
+        // A resume point or minimum freshness the store has not reached
+        // yet: wait for it, bounded.
+        if let Start::At(rv) = spec.start {
+            wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
+                .await
+                .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
+        }
         let (mut cursor, mut last) = match spec.start {
-            Start::At(rv) if !spec.send_initial_events => {
-                wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
-                    .await
-                    .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
-                (store.cursor_after(rv)?, rv)
-            }
-            start => {
-                if let Start::At(rv) = start {
-                    wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
-                        .await
-                        .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
-                }
+            Start::At(rv) if !spec.send_initial_events => (store.cursor_after(rv)?, rv),
+            _ => {
                 let snapshot = store.snapshot();
                 for object in snapshot.objects.iter().filter(|o| spec.filter.matches(o)) {
                     yield Delivery {
