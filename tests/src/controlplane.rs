@@ -199,20 +199,9 @@ impl ControlPlane {
             .replace(&self.server_url, &format!("https://127.0.0.1:{port}"));
         std::fs::write(&kubeconfig, yaml)?;
         let client = client_for(&kubeconfig).await?;
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        while client
-            .request_text(http::Request::get("/readyz").body(Vec::new())?)
+        poll_ready(&client, || Ok(()))
             .await
-            .is_err()
-        {
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "the extra kube-apiserver is not ready:\n{}",
-                    self.log_tail("kube-apiserver-extra")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            .with_context(|| self.log_tail("kube-apiserver-extra"))?;
         Ok(client)
     }
 
@@ -222,27 +211,24 @@ impl ControlPlane {
     }
 
     async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            let exited = [
-                ("etcd", self.etcd.try_wait()?),
-                ("kube-apiserver", self.apiserver.try_wait()?),
-            ];
-            if let Some((name, Some(status))) = exited.iter().find(|(_, s)| s.is_some()) {
-                bail!("{name} exited with {status}:\n{}", self.log_tail(name));
+        let client = self.client.clone();
+        let (etcd, apiserver) = (&mut self.etcd, &mut self.apiserver);
+        let outcome = poll_ready(&client, || {
+            for (name, child) in [("etcd", &mut *etcd), ("kube-apiserver", &mut *apiserver)] {
+                if let Some(status) = child.try_wait()? {
+                    bail!("{name} exited with {status}");
+                }
             }
-            let readyz = http::Request::get("/readyz").body(Vec::new())?;
-            if self.client.request_text(readyz).await.is_ok() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "kube-apiserver not ready after {READY_TIMEOUT:?}:\n{}",
-                    self.log_tail("kube-apiserver")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            Ok(())
+        })
+        .await;
+        outcome.with_context(|| {
+            format!(
+                "etcd:\n{}\nkube-apiserver:\n{}",
+                self.log_tail("etcd"),
+                self.log_tail("kube-apiserver")
+            )
+        })
     }
 
     /// The last lines of a component's log, for failure messages.
@@ -333,6 +319,23 @@ current-context: test
 ",
         ca = base64::engine::general_purpose::STANDARD.encode(ca_pem)
     )
+}
+
+/// Polls `/readyz` through `client` until it answers, `alive` fails (a
+/// process exited), or [`READY_TIMEOUT`] passes.
+async fn poll_ready(client: &kube::Client, mut alive: impl FnMut() -> Result<()>) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        alive()?;
+        let readyz = http::Request::get("/readyz").body(Vec::new())?;
+        if client.request_text(readyz).await.is_ok() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("kube-apiserver not ready after {READY_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A kube client from a kubeconfig file.
