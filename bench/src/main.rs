@@ -331,6 +331,7 @@ impl Feeder {
                     r#type: EventType::Modified.into(),
                     resource_version: rv.to_string(),
                     object: object_json(*rv % KEYS, *rv, size),
+                    ..Default::default()
                 });
             }
         }

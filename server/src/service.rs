@@ -280,6 +280,7 @@ mod tests {
             r#type: pb::EventType::Modified.into(),
             resource_version: "2".into(),
             object: json,
+            ..Default::default()
         };
         assert_eq!(received[0], expected.encode_to_vec());
         assert!(

@@ -97,6 +97,7 @@ fn event(kind: EventType, name: &str, rv: u64) -> Step {
         r#type: kind.into(),
         resource_version: rv.to_string(),
         object: object.to_string(),
+        ..Default::default()
     })
 }
 
@@ -126,6 +127,7 @@ fn bookmark(rv: u64, end_of_snapshot: bool) -> Step {
         r#type: EventType::Bookmark.into(),
         resource_version: rv.to_string(),
         object: object.to_string(),
+        ..Default::default()
     })
 }
 
@@ -395,6 +397,7 @@ async fn an_undecodable_object_is_reported_and_skipped() {
             r#type: EventType::Added.into(),
             resource_version: "6".into(),
             object: "{\"data\": 42}".into(),
+            ..Default::default()
         }),
         added("a", 7),
     ])]);
