@@ -13,6 +13,7 @@ use std::{
 use parking_lot::Mutex;
 
 use crate::{
+    paging::Pages,
     reflector::ReflectorStatus,
     resource::{GroupVersionResource, ResourceType},
     store::Store,
@@ -26,6 +27,8 @@ pub struct Served {
     pub store: Arc<Store>,
     /// What its reflector is doing.
     pub reflector: Arc<Mutex<ReflectorStatus>>,
+    /// Lists whose later pages are still expected.
+    pub pages: Pages,
     subscribers: Arc<Subscribers>,
 }
 
@@ -59,6 +62,7 @@ impl Served {
         Served {
             store,
             reflector,
+            pages: Pages::default(),
             subscribers: Arc::default(),
         }
     }

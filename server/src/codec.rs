@@ -62,6 +62,6 @@ fn to_watch_event(delivery: &Delivery) -> WatchEvent {
         r#type: kind.into(),
         resource_version: delivery.resource_version.to_string(),
         object: delivery.object.to_string(),
-        resync: false,
+        resync: delivery.resync,
     }
 }

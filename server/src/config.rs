@@ -77,17 +77,24 @@ pub struct Config {
     #[arg(long, default_value_t = 75)]
     pub history_seconds: u64,
 
+    /// Bytes of objects the retained events may hold per resource type
+    /// (the newest event always stays).
+    #[arg(long, default_value_t = 256 << 20, env = "KUBE_FANOUT_HISTORY_BYTES")]
+    pub history_bytes: u64,
+
     /// Seconds of silence after which a subscriber with bookmarks on gets a
     /// progress bookmark.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub progress_bookmark_seconds: u64,
 
-    /// A subscriber more than this many events behind is cut off
-    /// (RESOURCE_EXHAUSTED, with the RV to resume from).
+    /// A subscriber with more than this many events left to receive (only
+    /// events its filter lets through, only since its stream started) is
+    /// cut off (RESOURCE_EXHAUSTED, with the RV to resume from).
     #[arg(long, default_value_t = 10_000)]
     pub max_lag_events: u64,
 
-    /// A subscriber more than this many bytes of objects behind is cut off.
+    /// A subscriber with more than this many bytes of objects left to
+    /// receive (counted like --max-lag-events) is cut off.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_lag_bytes: u64,
 
@@ -132,6 +139,7 @@ impl Config {
         HistoryLimits {
             events: usize::try_from(self.history_events).unwrap_or(usize::MAX),
             age: Duration::from_secs(self.history_seconds),
+            bytes: self.history_bytes,
         }
     }
 }

@@ -95,15 +95,20 @@ impl From<RequestError> for Status {
                     WatchError::Read(ReadError::Expired { oldest, .. }) => {
                         (Code::OutOfRange, Some(oldest))
                     }
+                    // The first point past the gap that this replica can
+                    // serve exactly; the client takes a new snapshot anyway.
+                    WatchError::Read(ReadError::InGap { gap, .. }) => {
+                        (Code::OutOfRange, Some(gap.until))
+                    }
                     WatchError::Read(ReadError::TooLarge { current, .. }) => {
                         (Code::DeadlineExceeded, Some(current))
                     }
                     WatchError::Read(ReadError::NotSynced) => (Code::Unavailable, None),
-                    WatchError::ShuttingDown { last_delivered } => {
-                        (Code::Unavailable, Some(last_delivered))
+                    WatchError::ShuttingDown { resume_from } => {
+                        (Code::Unavailable, Some(resume_from))
                     }
-                    WatchError::Lagged { last_delivered } => {
-                        (Code::ResourceExhausted, Some(last_delivered))
+                    WatchError::Lagged { resume_from } => {
+                        (Code::ResourceExhausted, Some(resume_from))
                     }
                 };
                 match rv {
@@ -139,7 +144,7 @@ mod tests {
     #[test]
     fn a_lagging_subscriber_learns_where_to_resume() {
         let status: Status = RequestError::from(WatchError::Lagged {
-            last_delivered: ResourceVersion(77),
+            resume_from: ResourceVersion(77),
         })
         .into();
         assert_eq!(status.code(), Code::ResourceExhausted);

@@ -219,7 +219,7 @@ mod tests {
         let served = cache.iter().next().unwrap().clone();
         let subscriber = served.subscriber();
         subscriber.ended(&crate::subscription::WatchError::Lagged {
-            last_delivered: ResourceVersion(4),
+            resume_from: ResourceVersion(4),
         });
         let text = render(&registry(Arc::new(cache))).unwrap();
         for line in [

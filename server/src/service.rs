@@ -18,7 +18,6 @@ use crate::{
     error::RequestError,
     filter::Filter,
     object::object_key,
-    paging,
     resource::GroupVersionResource,
     subscription::{self, Limits, Start, WatchSpec},
 };
@@ -110,7 +109,9 @@ impl FanoutService {
             &request.label_selector,
             &request.field_selector,
         )?;
-        let page = paging::page(&served.store, &filter, request.limit, &request.r#continue)?;
+        let page = served
+            .pages
+            .page(&served.store, &filter, request.limit, &request.r#continue)?;
         Ok(ListResponse {
             resource_version: page.resource_version.to_string(),
             objects: page.objects.iter().map(|o| o.json.to_string()).collect(),

@@ -1,25 +1,63 @@
 //! The per-type cache: objects in a `DashMap`, an ordered ring of recent
 //! events, and the resourceVersion they add up to.
 //!
+//! # Writers and readers
+//!
 //! The reflector is the only writer. Every write takes the ring's mutex,
 //! updates the map, appends the event and bumps the sequence number, all
 //! before releasing it. Readers take that mutex only to read positions and
 //! copy `Arc`s out of the ring, never while walking the map, so a reader
-//! never holds up the writer for longer than a few pointer copies.
+//! never holds up the writer for longer than a few pointer copies. The
+//! writer, in turn, never does O(objects) work or wakes subscribers while
+//! it holds the mutex: a relist computes its difference before taking it,
+//! and the new head is published (which wakes every waiting subscriber)
+//! after releasing it. Publishing after the lock is safe because there is
+//! one writer: heads are sent in the order the ring reached them.
+//!
+//! Lock order: the ring's mutex, then a map shard. Readers walk the map
+//! without the mutex and take the mutex only once the walk is done.
+//!
+//! # Consistent snapshots
 //!
 //! A consistent snapshot over the concurrent map follows from that order:
 //! note the ring position P0, walk the map, note P1 and copy the ring's
 //! events in (P0, P1]. Every event up to P0 was fully applied before the
 //! walk began; any change the walk saw was appended by P1 (the writer
 //! appends before it lets go of the mutex the reader needs to read P1); so
-//! replaying (P0, P1] over the copy yields exactly the state at P1.
+//! replaying (P0, P1] over the copy yields exactly the state at P1. If P1
+//! falls inside a re-sync unit that is still being written, the unit's
+//! events up to P1 are undone again (each holds the object it replaced):
+//! the snapshot is then the exact state just before the unit, and the unit
+//! follows it whole.
+//!
+//! # Re-sync units and gaps
+//!
+//! After the API server lost history (a 410 after its restart, say), the
+//! reflector relists at L and calls [`Store::replace`]. The changes made
+//! upstream between the store's last resourceVersion S and L cannot be
+//! replayed, not even by the API server. The store publishes the
+//! difference between its old contents and the list as one **re-sync
+//! unit**: every change at L with [`Event::resync`] set, then a closing
+//! bookmark at L, also flagged. A subscriber applies the unit as a whole
+//! (the states in between never existed upstream). The head's
+//! resourceVersion stays at S until the unit is closed, so nobody is told L
+//! before the unit that leads there is complete.
+//!
+//! The store records (S, L) as a [`Gap`]: a resume from an RV strictly
+//! inside it is answered with [`ReadError::InGap`], because what happened
+//! upstream in between is not known here; resumes from S or earlier get
+//! the unit whole, and resumes from L or later are exact.
+//!
+//! # Fanout and history
 //!
 //! The ring doubles as the fanout: each subscriber keeps a cursor (a
 //! sequence number) into it, like a `tokio::sync::broadcast` receiver, and
-//! resuming from a resourceVersion is finding the cursor for it. A cursor
+//! resuming from a resourceVersion is finding the cursor for it. History is
+//! bounded by events, age and bytes ([`HistoryLimits`]); the newest event,
+//! and every event of a unit still being written, always stay. A cursor
 //! that falls off the ring's tail has missed events: the subscriber is told
-//! it lagged and must resume, so a slow subscriber costs no memory beyond
-//! the shared ring.
+//! it lagged and where to resume, so a slow subscriber costs no memory
+//! beyond the shared ring.
 
 use std::{collections::HashMap, collections::VecDeque, sync::Arc, time::Duration};
 
@@ -58,8 +96,12 @@ pub struct Event {
     /// for bookmarks.
     pub object: Option<Arc<Object>>,
     /// The object before the event, if the store held it. Filters compare
-    /// it with `object` to turn a change of match into ADDED or DELETED.
+    /// it with `object` to turn a change of match into ADDED or DELETED,
+    /// and snapshots at an older RV undo the event with it.
     pub previous: Option<Arc<Object>>,
+    /// Part of a re-sync unit: a change of it, or (a `Bookmark`) the event
+    /// that closes it. See the module docs.
+    pub resync: bool,
     /// The JSON bytes of every event up to and including this one: how far
     /// behind a subscriber is, in bytes, is the head's total minus this.
     pub bytes_through: u64,
@@ -72,9 +114,19 @@ pub struct Event {
 }
 
 impl Event {
+    /// The JSON bytes this event carries.
+    pub fn bytes(&self) -> u64 {
+        self.object.as_ref().map_or(0, |o| o.json.len() as u64)
+    }
+
     /// The JSON bytes of every event before this one.
     pub fn bytes_before(&self) -> u64 {
-        self.bytes_through - self.object.as_ref().map_or(0, |o| o.json.len() as u64)
+        self.bytes_through - self.bytes()
+    }
+
+    /// Whether this event closes a re-sync unit.
+    pub fn closes_unit(&self) -> bool {
+        self.resync && self.kind == EventKind::Bookmark
     }
 }
 
@@ -83,7 +135,9 @@ impl Event {
 pub struct Head {
     /// Sequence number of the newest event (0 before any).
     pub seq: u64,
-    /// The resourceVersion of the cached state.
+    /// The resourceVersion of the cached state, as of the last finished
+    /// unit: while a re-sync unit is being written this stays at the RV
+    /// before it.
     pub resource_version: ResourceVersion,
     /// Whether the first list has been applied.
     pub synced: bool,
@@ -102,6 +156,22 @@ pub struct Snapshot {
     pub objects: Vec<Arc<Object>>,
 }
 
+/// A range of resourceVersions that a relist skipped: (after, until).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// S: the store's resourceVersion before the relist.
+    pub after: ResourceVersion,
+    /// L: the relist's resourceVersion.
+    pub until: ResourceVersion,
+}
+
+impl Gap {
+    /// Whether a resume from `rv` cannot be served exactly.
+    pub fn contains(&self, rv: ResourceVersion) -> bool {
+        self.after < rv && rv < self.until
+    }
+}
+
 /// Why a reader cannot start at or continue from a position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
@@ -112,6 +182,19 @@ pub enum ReadError {
         asked: ResourceVersion,
         /// The oldest point the ring can resume from.
         oldest: ResourceVersion,
+    },
+    /// The point lies inside a re-sync gap: what happened upstream between
+    /// the gap's ends is not known here.
+    #[error(
+        "resourceVersion {asked} lies between {} and {}, which this replica re-synced over \
+         without seeing the changes in between; take a new snapshot",
+        .gap.after, .gap.until
+    )]
+    InGap {
+        /// The point asked for.
+        asked: ResourceVersion,
+        /// The gap it lies in.
+        gap: Gap,
     },
     /// The store has not reached this resourceVersion.
     #[error("too large resource version: {asked}, current resource version is {current}")]
@@ -137,24 +220,63 @@ pub struct StoreStatus {
     pub oldest_resumable: Option<ResourceVersion>,
     /// How many times a relist replaced the contents.
     pub relists: u64,
+    /// The re-sync gaps still inside the history, oldest first.
+    pub gaps: Vec<Gap>,
+    /// The JSON bytes the history holds.
+    pub history_bytes: u64,
+}
+
+/// A re-sync unit being written.
+#[derive(Debug, Clone, Copy)]
+struct OpenUnit {
+    /// Its first event.
+    first_seq: u64,
 }
 
 struct Ring {
     events: VecDeque<Arc<Event>>,
     seq: u64,
     bytes: u64,
+    /// The resourceVersion of the last finished unit (see [`Head`]).
     resource_version: ResourceVersion,
     /// The resourceVersion just before the oldest retained event: a resume
     /// from here or later finds every event it needs. `None` until synced.
     floor: Option<ResourceVersion>,
     relists: u64,
+    gaps: VecDeque<Gap>,
+    open_unit: Option<OpenUnit>,
 }
 
 impl Ring {
     fn oldest_seq(&self) -> u64 {
         self.events.front().map_or(self.seq + 1, |e| e.seq)
     }
+
+    fn head(&self) -> Head {
+        Head {
+            seq: self.seq,
+            resource_version: self.resource_version,
+            synced: self.floor.is_some(),
+            bytes: self.bytes,
+        }
+    }
+
+    /// The bytes the retained events carry.
+    fn retained_bytes(&self) -> u64 {
+        self.events
+            .front()
+            .map_or(0, |e| self.bytes - e.bytes_before())
+    }
+
+    /// The gap `rv` lies in, if any.
+    fn gap_of(&self, rv: ResourceVersion) -> Option<Gap> {
+        self.gaps.iter().find(|g| g.contains(rv)).copied()
+    }
 }
+
+/// How many changes of a re-sync unit are written per hold of the ring's
+/// mutex: readers and the head move on between chunks.
+const UNIT_CHUNK: usize = 512;
 
 /// The cache of one resource type.
 pub struct Store {
@@ -163,24 +285,32 @@ pub struct Store {
     ring: Mutex<Ring>,
     head: watch::Sender<Head>,
     limits: HistoryLimits,
+    /// Which snapshot paths ran, so the racing tests prove they were taken.
+    #[cfg(test)]
+    paths: tests::SnapshotPaths,
 }
 
 /// How much history the ring keeps for resuming watches and for slow
-/// subscribers: the newest `events`, none older than `age`.
+/// subscribers: the newest `events`, none older than `age`, at most
+/// `bytes` of objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryLimits {
     /// At most this many events (at least 1).
     pub events: usize,
     /// Events older than this are dropped as new ones arrive.
     pub age: Duration,
+    /// The objects of the retained events take at most this many bytes of
+    /// JSON (the newest event always stays).
+    pub bytes: u64,
 }
 
 impl Default for HistoryLimits {
-    /// 10,000 events, and 75 s as the API server's watch cache keeps.
+    /// 10,000 events, 75 s as the API server's watch cache keeps, 256 MiB.
     fn default() -> Self {
         HistoryLimits {
             events: 10_000,
             age: Duration::from_secs(75),
+            bytes: 256 << 20,
         }
     }
 }
@@ -194,9 +324,32 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// One change of a relist's difference: the kind, the new (or, for a
+/// deletion, last) state and the state it replaces.
+type Change = (EventKind, Arc<Object>, Option<Arc<Object>>);
+
+/// Whether two states of an object are the same object state. Watch events
+/// are stored as the API server sent them, list items as they were
+/// re-encoded, so equal objects can differ in key order: compare the JSON
+/// values, not the text. A different resourceVersion always means a
+/// different state, and is checked first because it is cheap.
+fn same_state(a: &Object, b: &Object) -> bool {
+    if a.resource_version != b.resource_version {
+        return false;
+    }
+    a.json == b.json
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(&a.json),
+                serde_json::from_str::<serde_json::Value>(&b.json),
+            ),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
+
 impl Store {
     /// An empty, unsynced store that keeps the last `capacity` events (for
-    /// at most the default age) for resume and fanout.
+    /// at most the default age and bytes) for resume and fanout.
     pub fn new(resource: ResourceType, capacity: usize) -> Self {
         Self::with_history(
             resource,
@@ -223,9 +376,13 @@ impl Store {
                 resource_version: ResourceVersion::default(),
                 floor: None,
                 relists: 0,
+                gaps: VecDeque::new(),
+                open_unit: None,
             }),
             head: watch::Sender::new(Head::default()),
             limits,
+            #[cfg(test)]
+            paths: Default::default(),
         }
     }
 
@@ -237,81 +394,135 @@ impl Store {
     /// Applies one watch event from the API server.
     pub fn apply(&self, kind: EventKind, object: Object) {
         let object = Arc::new(object);
-        let mut ring = self.ring.lock();
-        let previous = match kind {
-            EventKind::Deleted => self.objects.remove(&object.key).map(|(_, o)| o),
-            _ => self.objects.insert(object.key.clone(), object.clone()),
+        let head = {
+            let mut ring = self.ring.lock();
+            let previous = match kind {
+                EventKind::Deleted => self.objects.remove(&object.key).map(|(_, o)| o),
+                _ => self.objects.insert(object.key.clone(), object.clone()),
+            };
+            let rv = object.resource_version.max(ring.resource_version);
+            ring.resource_version = rv;
+            self.push(&mut ring, kind, rv, Some(object), previous, false);
+            ring.head()
         };
-        let rv = object.resource_version.max(ring.resource_version);
-        self.push(&mut ring, kind, rv, Some(object), previous);
+        self.head.send_replace(head);
     }
 
     /// Moves the store to `rv` without changing an object.
     pub fn bookmark(&self, rv: ResourceVersion) {
-        let mut ring = self.ring.lock();
-        if rv > ring.resource_version {
-            self.push(&mut ring, EventKind::Bookmark, rv, None, None);
-        }
+        let head = {
+            let mut ring = self.ring.lock();
+            if rv <= ring.resource_version {
+                return;
+            }
+            ring.resource_version = rv;
+            self.push(&mut ring, EventKind::Bookmark, rv, None, None, false);
+            ring.head()
+        };
+        self.head.send_replace(head);
     }
 
     /// Replaces the contents with the result of a LIST at `rv`.
     ///
     /// The first replace fills the empty store and marks it synced. Later
-    /// ones publish the difference between the old and new contents as
-    /// ordinary events, so subscribers converge without re-snapshotting:
-    /// additions and modifications at the RVs their objects carry, in that
-    /// order, then deletions at `rv`.
+    /// ones publish the difference between the old and new contents as one
+    /// re-sync unit at `rv` and record the gap they skip (see the module
+    /// docs). Objects whose state did not change produce nothing.
+    ///
+    /// The difference is computed before the ring's mutex is taken (the
+    /// reflector is the only writer, so the map cannot change meanwhile),
+    /// and the unit is written in chunks, so neither the walk over every
+    /// object nor a large unit stalls readers.
     pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
-        let mut ring = self.ring.lock();
-        let rv = rv.max(ring.resource_version);
         let mut fresh: HashMap<String, Arc<Object>> = objects
             .into_iter()
             .map(|o| (o.key.clone(), Arc::new(o)))
             .collect();
-        let first = ring.floor.is_none();
-        let mut changes = Vec::new();
-        self.objects.retain(|key, old| match fresh.remove(key) {
-            Some(new) => {
-                if new.json != old.json {
-                    changes.push((EventKind::Modified, new.clone(), Some(old.clone())));
-                    *old = new;
-                }
-                true
+        if self.ring.lock().floor.is_none() {
+            self.objects.clear();
+            for (key, object) in fresh {
+                self.objects.insert(key, object);
             }
-            None => {
-                changes.push((EventKind::Deleted, old.clone(), Some(old.clone())));
-                false
-            }
-        });
-        for (key, new) in fresh {
-            self.objects.insert(key, new.clone());
-            changes.push((EventKind::Added, new, None));
-        }
-        if first {
-            ring.floor = Some(rv);
-            ring.resource_version = rv;
-            self.publish(&ring, true);
+            let head = {
+                let mut ring = self.ring.lock();
+                ring.floor = Some(rv);
+                ring.resource_version = rv;
+                ring.head()
+            };
+            self.head.send_replace(head);
             return;
         }
+        let old: Vec<(String, Arc<Object>)> = self
+            .objects
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        let mut changes: Vec<Change> = Vec::new();
+        for (key, old) in old {
+            match fresh.remove(&key) {
+                Some(new) if same_state(&new, &old) => {}
+                Some(new) => changes.push((EventKind::Modified, new, Some(old))),
+                None => changes.push((EventKind::Deleted, old.clone(), Some(old))),
+            }
+        }
+        changes.extend(fresh.into_values().map(|new| (EventKind::Added, new, None)));
+        // Any order is exact (the unit is applied whole); key order makes
+        // the stream easy to read and to test.
+        changes.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+        self.publish_unit(changes, rv);
+    }
+
+    /// Writes a relist's difference as one re-sync unit at `rv`.
+    fn publish_unit(&self, changes: Vec<Change>, rv: ResourceVersion) {
+        let mut ring = self.ring.lock();
         ring.relists += 1;
-        // Each changed object carries the RV it last changed at, which is
-        // past the old state: publishing the changes in that order, at those
-        // RVs, keeps RVs unique, so a subscriber that hangs up halfway
-        // resumes exactly. Deletions have no RV of their own; they come
-        // last, at the list's RV.
-        changes.sort_by_key(|(kind, object, _)| {
-            (*kind == EventKind::Deleted, object.resource_version)
+        let before = ring.resource_version;
+        if rv <= before && changes.is_empty() {
+            return;
+        }
+        let rv = rv.max(before);
+        if before < rv {
+            ring.gaps.push_back(Gap {
+                after: before,
+                until: rv,
+            });
+        }
+        if changes.is_empty() {
+            ring.resource_version = rv;
+            self.push(&mut ring, EventKind::Bookmark, rv, None, None, false);
+            let head = ring.head();
+            drop(ring);
+            self.head.send_replace(head);
+            return;
+        }
+        ring.open_unit = Some(OpenUnit {
+            first_seq: ring.seq + 1,
         });
-        for (kind, object, previous) in changes {
-            let at = match kind {
-                EventKind::Deleted => rv,
-                _ => object.resource_version.max(ring.resource_version).min(rv),
-            };
-            self.push(&mut ring, kind, at, Some(object), previous);
+        let mut changes = changes.into_iter().peekable();
+        while changes.peek().is_some() {
+            for (kind, object, previous) in changes.by_ref().take(UNIT_CHUNK) {
+                if kind == EventKind::Deleted {
+                    self.objects.remove(&object.key);
+                } else {
+                    self.objects.insert(object.key.clone(), object.clone());
+                }
+                self.push(&mut ring, kind, rv, Some(object), previous, true);
+            }
+            // Let readers and the head move on between chunks; the head
+            // still says `before`, so nobody is told `rv` yet.
+            let head = ring.head();
+            drop(ring);
+            self.head.send_replace(head);
+            ring = self.ring.lock();
         }
-        if ring.resource_version < rv {
-            self.push(&mut ring, EventKind::Bookmark, rv, None, None);
-        }
+        ring.resource_version = rv;
+        self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
+        ring.open_unit = None;
+        // Evictions held back while the unit was open catch up now.
+        self.evict(&mut ring, Instant::now());
+        let head = ring.head();
+        drop(ring);
+        self.head.send_replace(head);
     }
 
     fn push(
@@ -321,9 +532,9 @@ impl Store {
         rv: ResourceVersion,
         object: Option<Arc<Object>>,
         previous: Option<Arc<Object>>,
+        resync: bool,
     ) {
         ring.seq += 1;
-        ring.resource_version = rv;
         ring.bytes += object.as_ref().map_or(0, |o| o.json.len() as u64);
         let now = Instant::now();
         ring.events.push_back(Arc::new(Event {
@@ -332,34 +543,38 @@ impl Store {
             resource_version: rv,
             object,
             previous,
+            resync,
             bytes_through: ring.bytes,
             at: now,
             encoded: Default::default(),
         }));
-        // Bounded by count, and by age like the API server's own history,
-        // but the newest event always stays: resuming from the head works.
-        while ring.events.len() > self.limits.events
-            || (ring.events.len() > 1
-                && ring
-                    .events
-                    .front()
-                    .is_some_and(|e| now.duration_since(e.at) > self.limits.age))
-        {
-            if let Some(evicted) = ring.events.pop_front() {
-                ring.floor = ring.floor.map(|f| f.max(evicted.resource_version));
-            }
-        }
-        let synced = self.head.borrow().synced;
-        self.publish(ring, synced);
+        self.evict(ring, now);
     }
 
-    fn publish(&self, ring: &Ring, synced: bool) {
-        self.head.send_replace(Head {
-            seq: ring.seq,
-            resource_version: ring.resource_version,
-            synced,
-            bytes: ring.bytes,
-        });
+    /// Drops the oldest events past the history limits. The newest event
+    /// always stays (resuming from the head works), and so does every event
+    /// of an open unit (a snapshot taken meanwhile undoes them).
+    fn evict(&self, ring: &mut Ring, now: Instant) {
+        let limits = &self.limits;
+        while let Some(front) = ring.events.front() {
+            let over = ring.events.len() > limits.events
+                || now.duration_since(front.at) > limits.age
+                || ring.retained_bytes() > limits.bytes;
+            let pinned =
+                ring.events.len() == 1 || ring.open_unit.is_some_and(|u| front.seq >= u.first_seq);
+            if !over || pinned {
+                break;
+            }
+            let evicted_rv = front.resource_version;
+            ring.events.pop_front();
+            ring.floor = ring.floor.map(|f| f.max(evicted_rv));
+        }
+        // A gap entirely below the floor is answered as Expired anyway.
+        if let Some(floor) = ring.floor {
+            while ring.gaps.front().is_some_and(|g| g.until <= floor) {
+                ring.gaps.pop_front();
+            }
+        }
     }
 
     /// A receiver that sees every move of the head.
@@ -396,42 +611,49 @@ impl Store {
                 .iter()
                 .map(|e| (e.key().clone(), e.value().clone()))
                 .collect();
-            let (p1, rv, replay) = {
+            let (p1, rv, replay, open_unit) = {
                 let ring = self.ring.lock();
                 if ring.oldest_seq() > p0 + 1 {
                     // The events between P0 and P1 left the ring during the
                     // walk; walk again rather than return a torn copy.
                     continue;
                 }
+                // Events of an open unit are never evicted, so the replay
+                // reaches back to the unit's start as well.
+                let from = ring.open_unit.map_or(p0, |u| p0.min(u.first_seq - 1));
                 let replay: Vec<Arc<Event>> = ring
                     .events
                     .iter()
-                    .skip_while(|e| e.seq <= p0)
+                    .skip_while(|e| e.seq <= from)
                     .cloned()
                     .collect();
-                (ring.seq, ring.resource_version, replay)
+                (ring.seq, ring.resource_version, replay, ring.open_unit)
             };
-            for event in replay {
-                if let Some(object) = &event.object {
-                    match event.kind {
-                        EventKind::Deleted => copy.remove(&object.key),
-                        _ => copy.insert(object.key.clone(), object.clone()),
-                    };
-                }
+            for event in replay.iter().filter(|e| e.seq > p0) {
+                redo(&mut copy, event);
             }
-            let mut objects: Vec<Arc<Object>> = copy.into_values().collect();
-            objects.sort_by(|a, b| a.key.cmp(&b.key));
+            #[cfg(test)]
+            self.paths.record(p1 > p0, open_unit.is_some());
+            let seq = match open_unit {
+                None => p1,
+                Some(unit) => {
+                    for event in replay.iter().rev().take_while(|e| e.seq >= unit.first_seq) {
+                        undo(&mut copy, event);
+                    }
+                    unit.first_seq - 1
+                }
+            };
             return Snapshot {
                 resource_version: rv,
-                seq: p1,
-                objects,
+                seq,
+                objects: sorted(copy),
             };
         }
     }
 
     /// The exact state at `rv`, rewound from the current state by undoing
-    /// the ring's newer events (each holds the object it replaced). Fails
-    /// as Expired once the ring no longer reaches back to `rv`.
+    /// the ring's newer events. Fails as Expired once the ring no longer
+    /// reaches back to `rv`, and as InGap inside a re-sync gap.
     pub fn snapshot_at(&self, rv: ResourceVersion) -> Result<Snapshot, ReadError> {
         let now = self.snapshot();
         if rv > now.resource_version {
@@ -441,30 +663,21 @@ impl Store {
             });
         }
         let cursor = self.cursor_after(rv)?;
-        let expired = |oldest| ReadError::Expired { asked: rv, oldest };
         let newer = self
-            .read_after(cursor, (now.seq - cursor) as usize)
-            .map_err(expired)?;
+            .read_after(cursor, now.seq.saturating_sub(cursor) as usize)
+            .map_err(|oldest| ReadError::Expired { asked: rv, oldest })?;
         let mut objects: HashMap<String, Arc<Object>> = now
             .objects
             .into_iter()
             .map(|o| (o.key.clone(), o))
             .collect();
-        for event in newer.iter().rev() {
-            let Some(object) = &event.object else {
-                continue;
-            };
-            match &event.previous {
-                Some(previous) => objects.insert(previous.key.clone(), previous.clone()),
-                None => objects.remove(&object.key),
-            };
+        for event in newer.iter().rev().filter(|e| e.seq <= now.seq) {
+            undo(&mut objects, event);
         }
-        let mut objects: Vec<Arc<Object>> = objects.into_values().collect();
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Snapshot {
             resource_version: rv,
             seq: cursor,
-            objects,
+            objects: sorted(objects),
         })
     }
 
@@ -491,6 +704,9 @@ impl Store {
                 oldest: floor,
             });
         }
+        if let Some(gap) = ring.gap_of(rv) {
+            return Err(ReadError::InGap { asked: rv, gap });
+        }
         if rv > ring.resource_version {
             return Err(ReadError::TooLarge {
                 asked: rv,
@@ -510,11 +726,40 @@ impl Store {
         let ring = self.ring.lock();
         StoreStatus {
             objects: self.objects.len() as u64,
-            head: *self.head.borrow(),
+            head: ring.head(),
             oldest_resumable: ring.floor,
             relists: ring.relists,
+            gaps: ring.gaps.iter().copied().collect(),
+            history_bytes: ring.retained_bytes(),
         }
     }
+}
+
+/// Applies `event` to a copy of the store.
+fn redo(copy: &mut HashMap<String, Arc<Object>>, event: &Event) {
+    if let Some(object) = &event.object {
+        match event.kind {
+            EventKind::Deleted => copy.remove(&object.key),
+            _ => copy.insert(object.key.clone(), object.clone()),
+        };
+    }
+}
+
+/// Takes `event` back out of a copy of the store.
+fn undo(copy: &mut HashMap<String, Arc<Object>>, event: &Event) {
+    if let Some(object) = &event.object {
+        match &event.previous {
+            Some(previous) => copy.insert(previous.key.clone(), previous.clone()),
+            None => copy.remove(&object.key),
+        };
+    }
+}
+
+/// The objects of a copy, ordered by key.
+fn sorted(copy: HashMap<String, Arc<Object>>) -> Vec<Arc<Object>> {
+    let mut objects: Vec<Arc<Object>> = copy.into_values().collect();
+    objects.sort_by(|a, b| a.key.cmp(&b.key));
+    objects
 }
 
 #[cfg(test)]
@@ -541,6 +786,27 @@ pub(crate) mod tests {
             kind: "ConfigMap".into(),
         };
         Object::from_json(&raw, &meta, Transform::default()).unwrap()
+    }
+
+    /// How often a snapshot replayed ring events over its walk, and how
+    /// often it undid the part of a unit still being written.
+    #[derive(Debug, Default)]
+    pub(crate) struct SnapshotPaths {
+        replayed: std::sync::atomic::AtomicU64,
+        undone: std::sync::atomic::AtomicU64,
+    }
+
+    impl SnapshotPaths {
+        pub(crate) fn record(&self, replayed: bool, undone: bool) {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.replayed.fetch_add(replayed.into(), Relaxed);
+            self.undone.fetch_add(undone.into(), Relaxed);
+        }
+
+        fn counts(&self) -> (u64, u64) {
+            use std::sync::atomic::Ordering::Relaxed;
+            (self.replayed.load(Relaxed), self.undone.load(Relaxed))
+        }
     }
 
     fn contents(objects: &[Arc<Object>]) -> BTreeMap<String, u64> {
@@ -582,6 +848,10 @@ pub(crate) mod tests {
         writer.join().unwrap();
         snapshots.push(store.snapshot());
         assert!(snapshots.len() > 2, "the reader raced the writer");
+        assert!(
+            store.paths.counts().0 > 0,
+            "some snapshot replayed events the writer appended during its walk"
+        );
 
         // Replay the writer's changes to the position of each snapshot: the
         // snapshot must be exactly that state.
@@ -611,11 +881,104 @@ pub(crate) mod tests {
         }
     }
 
+    /// (kind, name, RV, resync) of events.
+    fn seen(events: &[Arc<Event>]) -> Vec<(EventKind, &str, u64, bool)> {
+        events
+            .iter()
+            .map(|e| {
+                (
+                    e.kind,
+                    e.object.as_ref().map_or("", |o| o.name.as_str()),
+                    e.resource_version.0,
+                    e.resync,
+                )
+            })
+            .collect()
+    }
+
+    /// Relists with large differences race snapshots: every snapshot is
+    /// the exact state at its ring position, and that position is never
+    /// inside a unit (a snapshot that lands in one undoes it).
     #[test]
-    fn a_relist_publishes_the_difference_in_object_rv_order_then_deletions() {
+    fn snapshots_are_exact_and_never_inside_a_unit_while_relists_run() {
+        let store = Arc::new(Store::new(configmaps(), 1_000_000));
+        store.replace(Vec::new(), ResourceVersion(100));
+        const KEYS: u64 = 3_000;
+        const ROUNDS: u64 = 40;
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut rv = 100;
+                for round in 0..ROUNDS {
+                    for i in 0..50 {
+                        rv += 1;
+                        store.apply(EventKind::Added, object(&format!("live-{i}"), rv, "{}"));
+                    }
+                    // Half the keys change sides every round: a unit of
+                    // KEYS changes, written in several chunks.
+                    rv += 1;
+                    let list = (0..KEYS)
+                        .filter(|i| (i + round) % 2 == 0)
+                        .map(|i| object(&format!("k{i}"), rv, "{}"))
+                        .chain((0..50).map(|i| {
+                            let name = format!("live-{i}");
+                            let current = store.get(&format!("ns/{name}")).unwrap();
+                            object(&name, current.resource_version.0, "{}")
+                        }))
+                        .collect();
+                    store.replace(list, ResourceVersion(rv));
+                }
+            })
+        };
+        let mut snapshots = Vec::new();
+        while !writer.is_finished() {
+            snapshots.push(store.snapshot());
+        }
+        writer.join().unwrap();
+        let (replayed, undone) = store.paths.counts();
+        assert!(
+            replayed > 0 && undone > 0,
+            "both snapshot paths ran: replayed {replayed}, undone {undone} of {}",
+            snapshots.len()
+        );
+
+        let events = store.read_after(0, usize::MAX).unwrap();
+        let mut state: HashMap<String, Arc<Object>> = HashMap::new();
+        let mut applied = 0;
+        let mut rv = ResourceVersion(100);
+        for snapshot in &snapshots {
+            while applied < snapshot.seq {
+                let event = &events[applied as usize];
+                redo(&mut state, event);
+                if !event.resync || event.closes_unit() {
+                    rv = event.resource_version;
+                }
+                applied += 1;
+            }
+            let inside = applied > 0 && {
+                let last = &events[applied as usize - 1];
+                last.resync && !last.closes_unit()
+            };
+            assert!(!inside, "snapshot at seq {} is inside a unit", snapshot.seq);
+            assert_eq!(snapshot.resource_version, rv, "at seq {}", snapshot.seq);
+            assert_eq!(
+                contents(&snapshot.objects),
+                contents(&sorted(state.clone())),
+                "at seq {}",
+                snapshot.seq
+            );
+        }
+    }
+
+    #[test]
+    fn a_relist_publishes_its_difference_as_one_unit_at_the_list_rv() {
         let store = Store::new(configmaps(), 100);
         store.replace(
-            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            vec![
+                object("a", 1, "{}"),
+                object("b", 2, "{}"),
+                object("e", 3, "{}"),
+            ],
             ResourceVersion(5),
         );
         assert_eq!(store.head().seq, 0, "the first list publishes no events");
@@ -624,47 +987,149 @@ pub(crate) mod tests {
                 object("b", 7, "{}"),
                 object("c", 6, "{}"),
                 object("d", 9, "{}"),
+                object("e", 3, "{}"),
             ],
             ResourceVersion(10),
         );
         let events = store.read_after(0, 10).unwrap();
-        let seen: Vec<(EventKind, &str, u64)> = events
-            .iter()
-            .map(|e| {
-                (
-                    e.kind,
-                    e.object.as_ref().map_or("", |o| o.name.as_str()),
-                    e.resource_version.0,
-                )
-            })
-            .collect();
+        use EventKind::*;
         assert_eq!(
-            seen,
+            seen(&events),
             [
-                (EventKind::Added, "c", 6),
-                (EventKind::Modified, "b", 7),
-                (EventKind::Added, "d", 9),
-                (EventKind::Deleted, "a", 10)
+                (Deleted, "a", 10, true),
+                (Modified, "b", 10, true),
+                (Added, "c", 10, true),
+                (Added, "d", 10, true),
+                (Bookmark, "", 10, true),
             ],
-            "changes at their objects' RVs, in order, then deletions at the list RV"
+            "every change at the list RV, flagged, closed by a flagged bookmark; e unchanged"
         );
-        // Resuming halfway continues exactly.
-        let rest = store
-            .read_after(store.cursor_after(ResourceVersion(7)).unwrap(), 10)
-            .unwrap();
+        assert!(events[4].closes_unit());
         assert_eq!(
-            rest.iter()
-                .map(|e| e.resource_version.0)
-                .collect::<Vec<_>>(),
-            [9, 10]
+            events[1].previous.as_ref().map(|o| o.resource_version.0),
+            Some(2),
+            "a unit's change holds the state it replaces"
         );
-        assert_eq!(store.status().relists, 1);
+        assert_eq!(store.head().resource_version, ResourceVersion(10));
+        let status = store.status();
+        assert_eq!(status.relists, 1);
+        assert_eq!(
+            status.gaps,
+            [Gap {
+                after: ResourceVersion(5),
+                until: ResourceVersion(10)
+            }]
+        );
         let snapshot = store.snapshot();
         assert_eq!(
             contents(&snapshot.objects),
-            BTreeMap::from([("ns/b".into(), 7), ("ns/c".into(), 6), ("ns/d".into(), 9)])
+            BTreeMap::from([
+                ("ns/b".into(), 7),
+                ("ns/c".into(), 6),
+                ("ns/d".into(), 9),
+                ("ns/e".into(), 3)
+            ])
         );
         assert_eq!(snapshot.resource_version, ResourceVersion(10));
+    }
+
+    /// Finding 2 of issue 8: every event of a re-sync shared one RV, so a
+    /// resume from that RV after the first of them lost the rest.
+    #[test]
+    fn a_resume_before_a_unit_gets_it_whole_and_inside_its_gap_is_refused() {
+        let store = Store::new(configmaps(), 100);
+        store.replace(Vec::new(), ResourceVersion(5));
+        store.apply(EventKind::Added, object("x", 6, "{}"));
+        let six: Vec<Object> = (0..6)
+            .map(|i| object(&format!("n{i}"), 20 + i, "{}"))
+            .collect();
+        store.replace(six, ResourceVersion(30));
+        let after = |rv| {
+            store
+                .read_after(store.cursor_after(ResourceVersion(rv)).unwrap(), 100)
+                .unwrap()
+        };
+        // From 6 (S) the whole unit: x deleted, six added, the close.
+        let unit = after(6);
+        assert_eq!(unit.len(), 8);
+        assert!(unit.iter().all(|e| e.resync && e.resource_version.0 == 30));
+        // From 30 (L, the closed unit) nothing of it.
+        assert!(after(30).is_empty());
+        // From inside (6, 30): the replica does not know what happened.
+        for rv in [7, 20, 29] {
+            assert_eq!(
+                store.cursor_after(ResourceVersion(rv)),
+                Err(ReadError::InGap {
+                    asked: ResourceVersion(rv),
+                    gap: Gap {
+                        after: ResourceVersion(6),
+                        until: ResourceVersion(30)
+                    }
+                })
+            );
+            assert!(matches!(
+                store.snapshot_at(ResourceVersion(rv)),
+                Err(ReadError::InGap { .. })
+            ));
+        }
+        // And rewinding to S undoes the unit exactly.
+        assert_eq!(
+            contents(&store.snapshot_at(ResourceVersion(6)).unwrap().objects),
+            BTreeMap::from([("ns/x".into(), 6)])
+        );
+    }
+
+    #[test]
+    fn an_unchanged_object_yields_nothing_whatever_its_key_order() {
+        let store = Store::new(configmaps(), 100);
+        let meta = TypeMeta {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        let parse = |raw: &str| Object::from_json(raw, &meta, Transform::default()).unwrap();
+        // As a watch event sent it, and as a list re-encoded it.
+        let watched = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"data":{"z":"1","a":"2"}}"#,
+        );
+        let listed = parse(
+            r#"{"data":{"a":"2","z":"1"},"kind":"ConfigMap","metadata":{"namespace":"ns","resourceVersion":"4","name":"a"},"apiVersion":"v1"}"#,
+        );
+        assert_ne!(watched.json, listed.json);
+        store.replace(Vec::new(), ResourceVersion(3));
+        store.apply(EventKind::Added, watched);
+        let seq = store.head().seq;
+        store.replace(vec![listed], ResourceVersion(4));
+        assert_eq!(
+            store.head().seq,
+            seq,
+            "nothing changed, so nothing is published"
+        );
+        // The same RV with other contents is a change (an etcd restore).
+        let other = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"data":{"a":"3"}}"#,
+        );
+        store.replace(vec![other], ResourceVersion(5));
+        let events = store.read_after(seq, 10).unwrap();
+        assert_eq!(seen(&events)[0], (EventKind::Modified, "a", 5, true));
+    }
+
+    #[test]
+    fn history_is_bounded_by_bytes() {
+        let one = object("o0", 1, "{}").json.len() as u64;
+        let store = Store::with_history(
+            configmaps(),
+            HistoryLimits {
+                bytes: 3 * one,
+                ..HistoryLimits::default()
+            },
+        );
+        store.replace(Vec::new(), ResourceVersion(1));
+        for rv in 2..=9 {
+            store.apply(EventKind::Added, object(&format!("o{}", rv % 10), rv, "{}"));
+        }
+        let status = store.status();
+        assert_eq!(status.history_bytes, 3 * one);
+        assert_eq!(status.oldest_resumable, Some(ResourceVersion(6)));
     }
 
     #[test]
@@ -708,6 +1173,7 @@ pub(crate) mod tests {
             HistoryLimits {
                 events: 100,
                 age: Duration::from_secs(75),
+                ..HistoryLimits::default()
             },
         );
         store.replace(Vec::new(), ResourceVersion(10));

@@ -1,17 +1,35 @@
 //! One subscriber's stream: an optional consistent snapshot, then the
 //! store's events after it, filtered, in order. No network here: the gRPC
 //! layer only encodes what this yields.
+//!
+//! A [`Subscription`] is an explicit state machine ([`State`]) stepped by
+//! one function, [`Subscription::next`]: it waits for the store to be ready,
+//! sends a snapshot if one is due, then follows the ring. What it promises
+//! the subscriber is the Watch contract of `kubefanout.v1` (see the proto):
+//!
+//! - deliveries come in ring order, so resourceVersions never decrease;
+//! - a re-sync unit's changes go out flagged and are closed by a flagged
+//!   bookmark; its resourceVersion becomes the resume point only once the
+//!   unit is closed, so an error in the middle names the point before it
+//!   and a resume there gets the unit again whole;
+//! - the lag bound counts only what this subscriber still has to receive
+//!   and only since this stream started, so a resume from any resourceVersion
+//!   the store still holds makes progress, and a cut-off names the last
+//!   point it reached.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
 use futures::Stream;
-use tokio::{sync::watch, time::Instant};
-use tokio_util::sync::CancellationToken;
+use tokio::{
+    sync::watch,
+    time::{Instant, Sleep},
+};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::{
     filter::Filter,
     object::{Object, ObjectError, ResourceVersion},
-    store::{Event, EventKind, Head, ReadError, Store},
+    store::{Event, EventKind, Head, ReadError, Snapshot, Store},
 };
 
 /// The annotation on the bookmark that ends the initial events, as the API
@@ -65,11 +83,11 @@ pub struct Limits {
     /// A subscriber with bookmarks on that was sent nothing for this long
     /// gets a progress bookmark, so a filtered watch's RV stays fresh.
     pub progress_interval: Duration,
-    /// A subscriber further behind the head than this many events...
+    /// A subscriber that has more than this many events to receive...
     pub max_lag_events: u64,
-    /// ...or this many bytes of objects is cut off with
-    /// [`WatchError::Lagged`], so that it resumes instead of pinning the
-    /// shared history.
+    /// ...or more than this many bytes of objects, counting only events
+    /// its filter lets through that arrived since its stream started, is
+    /// cut off with [`WatchError::Lagged`].
     pub max_lag_bytes: u64,
 }
 
@@ -93,6 +111,8 @@ pub struct Delivery {
     pub resource_version: ResourceVersion,
     /// The object's JSON (a minimal object for bookmarks).
     pub object: Arc<str>,
+    /// Part of a re-sync unit: a change of it, or the bookmark closing it.
+    pub resync: bool,
     /// The ring event, when this delivery is that event unchanged: its one
     /// encoding then serves every subscriber ([`Event::encoded`]).
     pub unchanged: Option<Unchanged>,
@@ -118,28 +138,28 @@ pub enum WatchError {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// The server is shutting down.
-    #[error("kube-fanout is shutting down; resume from resourceVersion {last_delivered}")]
+    #[error("kube-fanout is shutting down; resume from resourceVersion {resume_from}")]
     ShuttingDown {
-        /// The resourceVersion of the last event it was sent.
-        last_delivered: ResourceVersion,
+        /// The subscriber's last resume point.
+        resume_from: ResourceVersion,
     },
-    /// The subscriber read so slowly that the ring dropped events it had
-    /// not read yet.
-    #[error(
-        "subscriber fell behind the event history; resume from resourceVersion {last_delivered}"
-    )]
+    /// The subscriber fell too far behind what it still has to receive,
+    /// or so far that the ring dropped events it had not read.
+    #[error("subscriber fell behind the event history; resume from resourceVersion {resume_from}")]
     Lagged {
-        /// The resourceVersion of the last event it was sent.
-        last_delivered: ResourceVersion,
+        /// The subscriber's last resume point.
+        resume_from: ResourceVersion,
     },
 }
 
 impl WatchError {
     /// The machine-readable reason: the `google.rpc.ErrorInfo` reason of
     /// the status a client gets, and the label of the metric counting them.
+    /// A resume inside a re-sync gap is "Expired" to clients too: the
+    /// remedy is the same, a new snapshot.
     pub fn reason(&self) -> &'static str {
         match self {
-            WatchError::Read(ReadError::Expired { .. }) => "Expired",
+            WatchError::Read(ReadError::Expired { .. } | ReadError::InGap { .. }) => "Expired",
             WatchError::Read(ReadError::TooLarge { .. }) => "TooLargeResourceVersion",
             WatchError::Read(ReadError::NotSynced) => "NotSynced",
             WatchError::ShuttingDown { .. } => "ShuttingDown",
@@ -157,97 +177,80 @@ pub fn watch(
     limits: Limits,
     stop: CancellationToken,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    async_stream::try_stream! {
-        // Pinned once: a subscriber wakes for every event, and creating a
-        // timer or a cancellation future per wake-up showed in profiles.
-        let cancelled = stop.cancelled();
-        tokio::pin!(cancelled);
-        let mut head = store.subscribe();
-        let shutting_down = |last_delivered| WatchError::ShuttingDown { last_delivered };
-        let synced = tokio::select! {
-            synced = wait_for(&mut head, |h| h.synced, None) => {
-                synced.map_err(|_| WatchError::from(ReadError::NotSynced))
-            }
-            () = &mut cancelled => Err(shutting_down(ResourceVersion::default())),
-        };
-        synced?;
-        // A resume point or minimum freshness the store has not reached
-        // yet: wait for it, bounded.
-        if let Start::At(rv) = spec.start {
-            wait_for(&mut head, |h| h.resource_version >= rv, Some(limits.freshness_timeout))
-                .await
-                .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
-        }
-        let (mut cursor, mut last) = match spec.start {
-            Start::At(rv) if !spec.send_initial_events => (store.cursor_after(rv)?, rv),
-            _ => {
-                let snapshot = store.snapshot();
-                for object in snapshot.objects.iter().filter(|o| spec.filter.matches(o)) {
-                    yield Delivery {
-                        kind: EventKind::Added,
-                        resource_version: snapshot.resource_version,
-                        object: object.json.clone(),
-                        unchanged: None,
-                    };
-                }
-                if spec.send_initial_events {
-                    yield bookmark(&store, snapshot.resource_version, true);
-                }
-                (snapshot.seq, snapshot.resource_version)
-            }
-        };
-        // The RV of the last ring event read, delivered or filtered out:
-        // what a progress bookmark may promise.
-        let mut read_rv = last;
-        let mut last_sent = Instant::now();
-        // Re-armed lazily: when it fires early, it is moved to the real
-        // deadline, so sending an event costs no timer operation.
-        let progress = tokio::time::sleep_until(last_sent + limits.progress_interval);
-        tokio::pin!(progress);
-        loop {
-            if stop.is_cancelled() {
-                Err(shutting_down(last))?;
-            }
-            let now = *head.borrow_and_update();
-            let events = store
-                .read_after(cursor, BATCH)
-                .ok()
-                .filter(|events| !lagging(&now, cursor, events.first(), &limits))
-                .ok_or(WatchError::Lagged { last_delivered: last })?;
-            if events.is_empty() {
-                let wake = tokio::select! {
-                    changed = head.changed() => Wake::Changed { store_gone: changed.is_err() },
-                    () = &mut cancelled => Wake::Stop,
-                    () = &mut progress => Wake::Progress,
-                };
-                match wake {
-                    Wake::Changed { store_gone: true } => break,
-                    Wake::Changed { store_gone: false } => {}
-                    Wake::Stop => Err(shutting_down(last))?,
-                    Wake::Progress => {
-                        if Instant::now() >= last_sent + limits.progress_interval {
-                            if spec.allow_bookmarks && read_rv > last {
-                                last = read_rv;
-                                yield bookmark(&store, read_rv, false);
-                            }
-                            last_sent = Instant::now();
-                        }
-                        progress.as_mut().reset(last_sent + limits.progress_interval);
-                    }
-                }
-                continue;
-            }
-            for event in events {
-                cursor = event.seq;
-                read_rv = event.resource_version;
-                if let Some(delivery) = deliver(&store, &spec, &event) {
-                    last = delivery.resource_version;
-                    last_sent = Instant::now();
-                    yield delivery;
-                }
-            }
-        }
-    }
+    futures::stream::unfold(
+        Subscription::new(store, spec, limits, stop),
+        |mut subscription| async move {
+            let item = subscription.next().await?;
+            Some((item, subscription))
+        },
+    )
+}
+
+/// One subscriber's position and what it still owes the subscriber.
+pub struct Subscription {
+    store: Arc<Store>,
+    spec: WatchSpec,
+    limits: Limits,
+    head: watch::Receiver<Head>,
+    // Pinned once: a subscriber wakes for every event, and creating a
+    // timer or a cancellation future per wake-up showed in profiles.
+    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
+    stop: CancellationToken,
+    state: State,
+}
+
+/// Where a subscription is.
+enum State {
+    /// Waiting for the store's first sync and for the asked resourceVersion.
+    Starting,
+    /// Sending a snapshot's ADDEDs; its end bookmark (if asked for) and the
+    /// live events follow.
+    Snapshot {
+        /// The objects still to send.
+        objects: std::vec::IntoIter<Arc<Object>>,
+        /// The snapshot's RV and ring position.
+        resource_version: ResourceVersion,
+        seq: u64,
+    },
+    /// Following the ring.
+    Live(Box<Live>),
+    /// The stream has ended.
+    Done,
+}
+
+/// The live part of a subscription.
+struct Live {
+    /// The last ring position read.
+    cursor: u64,
+    /// The JSON bytes of the ring up to `cursor`.
+    cursor_bytes: u64,
+    /// Events read from the ring but not yet handled.
+    pending: VecDeque<Arc<Event>>,
+    /// The last point the subscriber can resume from: the RV of its last
+    /// delivery outside a unit, or of the last unit it finished.
+    resume_from: ResourceVersion,
+    /// The RV of the last ring event read, delivered or filtered out:
+    /// what a progress bookmark may promise.
+    read_rv: ResourceVersion,
+    /// Inside a re-sync unit: whether any of its changes was delivered.
+    unit: Option<bool>,
+    /// When the subscriber was last sent something.
+    last_sent: Instant,
+    /// Re-armed lazily: when it fires early it is moved to the real
+    /// deadline, so sending an event costs no timer operation.
+    progress: Pin<Box<Sleep>>,
+    lag: LagBound,
+}
+
+/// The lag bound's bookkeeping (see [`Limits::max_lag_events`]).
+struct LagBound {
+    /// Ring position and bytes when the stream started: events before it
+    /// are owed to the subscriber but never count against it.
+    start_seq: u64,
+    start_bytes: u64,
+    /// The last exact count showed room until the head passes these.
+    recheck_seq: u64,
+    recheck_bytes: u64,
 }
 
 /// What woke an idle subscriber.
@@ -260,11 +263,320 @@ enum Wake {
     Progress,
 }
 
-/// Whether a subscriber at ring position `cursor`, whose next unread event
-/// is `next`, is further behind `head` than `limits` allow.
-fn lagging(head: &Head, cursor: u64, next: Option<&Arc<Event>>, limits: &Limits) -> bool {
-    let bytes_behind = next.map_or(0, |e| head.bytes - e.bytes_before());
-    head.seq - cursor > limits.max_lag_events || bytes_behind > limits.max_lag_bytes
+impl Subscription {
+    /// A subscription to `store` as `spec` asks, not yet started.
+    pub fn new(
+        store: Arc<Store>,
+        spec: WatchSpec,
+        limits: Limits,
+        stop: CancellationToken,
+    ) -> Self {
+        Subscription {
+            head: store.subscribe(),
+            store,
+            spec,
+            limits,
+            cancelled: Box::pin(stop.clone().cancelled_owned()),
+            stop,
+            state: State::Starting,
+        }
+    }
+
+    /// The next delivery, or the error that ends the stream; `None` once it
+    /// has ended.
+    pub async fn next(&mut self) -> Option<Result<Delivery, WatchError>> {
+        let item = self.step().await;
+        if !matches!(item, Some(Ok(_))) {
+            self.state = State::Done;
+        }
+        item
+    }
+
+    async fn step(&mut self) -> Option<Result<Delivery, WatchError>> {
+        loop {
+            match &mut self.state {
+                State::Done => return None,
+                State::Starting => match self.start().await {
+                    Ok(state) => self.state = state,
+                    Err(err) => return Some(Err(err)),
+                },
+                State::Snapshot {
+                    objects,
+                    resource_version,
+                    seq,
+                } => {
+                    let (rv, seq) = (*resource_version, *seq);
+                    if let Some(object) = objects.find(|o| self.spec.filter.matches(o)) {
+                        return Some(Ok(Delivery {
+                            kind: EventKind::Added,
+                            resource_version: rv,
+                            object: object.json.clone(),
+                            resync: false,
+                            unchanged: None,
+                        }));
+                    }
+                    self.state = self.live(seq, rv);
+                    if self.spec.send_initial_events {
+                        return Some(Ok(bookmark(&self.store, rv, Marker::InitialEventsEnd)));
+                    }
+                }
+                State::Live(live) => {
+                    return Some(
+                        follow(
+                            live,
+                            &self.store,
+                            &self.spec,
+                            &self.limits,
+                            &mut self.head,
+                            self.cancelled.as_mut(),
+                            &self.stop,
+                        )
+                        .await,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits for the store to sync and to reach the asked resourceVersion,
+    /// then picks where to start: a resume point, or a snapshot.
+    async fn start(&mut self) -> Result<State, WatchError> {
+        let shutting_down = WatchError::ShuttingDown {
+            resume_from: ResourceVersion::default(),
+        };
+        tokio::select! {
+            synced = wait_for(&mut self.head, |h| h.synced, None) => {
+                synced.map_err(|_| WatchError::from(ReadError::NotSynced))?;
+            }
+            () = self.cancelled.as_mut() => return Err(shutting_down),
+        }
+        // A resume point or minimum freshness the store has not reached
+        // yet: wait for it, bounded.
+        if let Start::At(rv) = self.spec.start {
+            let timeout = Some(self.limits.freshness_timeout);
+            wait_for(&mut self.head, |h| h.resource_version >= rv, timeout)
+                .await
+                .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
+        }
+        Ok(match self.spec.start {
+            Start::At(rv) if !self.spec.send_initial_events => {
+                let cursor = self.store.cursor_after(rv)?;
+                self.live(cursor, rv)
+            }
+            _ => {
+                let Snapshot {
+                    resource_version,
+                    seq,
+                    objects,
+                } = self.store.snapshot();
+                State::Snapshot {
+                    objects: objects.into_iter(),
+                    resource_version,
+                    seq,
+                }
+            }
+        })
+    }
+
+    /// Following the ring from position `cursor`, at resume point `rv`.
+    fn live(&self, cursor: u64, rv: ResourceVersion) -> State {
+        let head = *self.head.borrow();
+        // The bytes up to the cursor: the head's, less what came after it.
+        let cursor_bytes = match self.store.read_after(cursor, 1) {
+            Ok(next) => next.first().map_or(head.bytes, |e| e.bytes_before()),
+            Err(_) => head.bytes,
+        };
+        let now = Instant::now();
+        State::Live(Box::new(Live {
+            cursor,
+            cursor_bytes,
+            pending: VecDeque::new(),
+            resume_from: rv,
+            read_rv: rv,
+            unit: None,
+            last_sent: now,
+            progress: Box::pin(tokio::time::sleep_until(
+                now + self.limits.progress_interval,
+            )),
+            lag: LagBound {
+                start_seq: head.seq.max(cursor),
+                start_bytes: head.bytes.max(cursor_bytes),
+                recheck_seq: 0,
+                recheck_bytes: 0,
+            },
+        }))
+    }
+}
+
+/// The next live delivery: handles pending ring events, reads more, or
+/// waits for the store to move, the progress timer, or the stop signal.
+async fn follow(
+    live: &mut Live,
+    store: &Store,
+    spec: &WatchSpec,
+    limits: &Limits,
+    head: &mut watch::Receiver<Head>,
+    mut cancelled: Pin<&mut WaitForCancellationFutureOwned>,
+    stop: &CancellationToken,
+) -> Result<Delivery, WatchError> {
+    loop {
+        if stop.is_cancelled() {
+            return Err(WatchError::ShuttingDown {
+                resume_from: live.resume_from,
+            });
+        }
+        while let Some(event) = live.pending.pop_front() {
+            live.cursor = event.seq;
+            live.cursor_bytes = event.bytes_through;
+            live.read_rv = event.resource_version;
+            if let Some(delivery) = live.handle(store, spec, &event) {
+                live.last_sent = Instant::now();
+                return Ok(delivery);
+            }
+        }
+        let now = *head.borrow_and_update();
+        let lagged = WatchError::Lagged {
+            resume_from: live.resume_from,
+        };
+        if live
+            .lag
+            .exceeded(store, spec, limits, &now, live.cursor, live.cursor_bytes)?
+        {
+            return Err(lagged);
+        }
+        match store.read_after(live.cursor, BATCH) {
+            Err(_) => return Err(lagged),
+            Ok(events) if !events.is_empty() => {
+                live.pending = events.into();
+                continue;
+            }
+            Ok(_) => {}
+        }
+        let wake = tokio::select! {
+            changed = head.changed() => Wake::Changed { store_gone: changed.is_err() },
+            () = cancelled.as_mut() => Wake::Stop,
+            () = live.progress.as_mut() => Wake::Progress,
+        };
+        match wake {
+            Wake::Changed { store_gone: true } => {
+                // The store went away with the server: end as a shutdown.
+                return Err(WatchError::ShuttingDown {
+                    resume_from: live.resume_from,
+                });
+            }
+            Wake::Changed { store_gone: false } => {}
+            Wake::Stop => {
+                return Err(WatchError::ShuttingDown {
+                    resume_from: live.resume_from,
+                });
+            }
+            Wake::Progress => {
+                let due = live.last_sent + limits.progress_interval;
+                if Instant::now() >= due {
+                    live.last_sent = Instant::now();
+                    let deadline = live.last_sent + limits.progress_interval;
+                    live.progress.as_mut().reset(deadline);
+                    // Never inside a unit: its RV is no resume point yet.
+                    if spec.allow_bookmarks
+                        && live.unit.is_none()
+                        && live.read_rv > live.resume_from
+                    {
+                        live.resume_from = live.read_rv;
+                        return Ok(bookmark(store, live.read_rv, Marker::None));
+                    }
+                } else {
+                    live.progress.as_mut().reset(due);
+                }
+            }
+        }
+    }
+}
+
+impl Live {
+    /// What `event` becomes for this subscriber, keeping track of units and
+    /// of the resume point.
+    fn handle(&mut self, store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
+        let rv = event.resource_version;
+        if event.closes_unit() {
+            let sent_any = self.unit.take().unwrap_or(false);
+            self.resume_from = rv;
+            return if sent_any {
+                // The same closing bookmark for every subscriber that got
+                // part of the unit, so it is shared.
+                Some(Delivery {
+                    unchanged: Some(Unchanged(event.clone())),
+                    ..bookmark(store, rv, Marker::ResyncEnd)
+                })
+            } else {
+                // Nothing of the unit concerned this subscriber: it is at
+                // rv already, and may be told so like any bookmark.
+                spec.allow_bookmarks
+                    .then(|| bookmark(store, rv, Marker::None))
+            };
+        }
+        if event.resync {
+            self.unit.get_or_insert(false);
+        }
+        let delivery = deliver(store, spec, event)?;
+        match &mut self.unit {
+            Some(sent_any) => *sent_any = true,
+            None => self.resume_from = rv,
+        }
+        Some(delivery)
+    }
+}
+
+impl LagBound {
+    /// Whether the subscriber at `cursor` has more left to receive than
+    /// `limits` allow. The cheap check (every event since the later of the
+    /// stream's start and the cursor) settles most calls; only when it
+    /// fails are the events this subscriber would actually receive counted,
+    /// and that count tells how far the head may move before the next one.
+    fn exceeded(
+        &mut self,
+        store: &Store,
+        spec: &WatchSpec,
+        limits: &Limits,
+        head: &Head,
+        cursor: u64,
+        cursor_bytes: u64,
+    ) -> Result<bool, WatchError> {
+        let (from, from_bytes) = if cursor >= self.start_seq {
+            (cursor, cursor_bytes)
+        } else {
+            (self.start_seq, self.start_bytes)
+        };
+        let events = head.seq.saturating_sub(from);
+        let bytes = head.bytes.saturating_sub(from_bytes);
+        if events <= limits.max_lag_events && bytes <= limits.max_lag_bytes {
+            return Ok(false);
+        }
+        if head.seq < self.recheck_seq && head.bytes < self.recheck_bytes {
+            return Ok(false);
+        }
+        let (mut owed_events, mut owed_bytes) = (0u64, 0u64);
+        let mut at = from;
+        while at < head.seq {
+            let Ok(batch) = store.read_after(at, BATCH) else {
+                // The ring dropped what the subscriber had not read.
+                return Ok(true);
+            };
+            let Some(last) = batch.last() else { break };
+            at = last.seq;
+            for event in batch.iter().filter(|e| e.seq <= head.seq) {
+                if visible(spec, event).is_some() {
+                    owed_events += 1;
+                    owed_bytes += event.bytes();
+                }
+            }
+            if owed_events > limits.max_lag_events || owed_bytes > limits.max_lag_bytes {
+                return Ok(true);
+            }
+        }
+        self.recheck_seq = head.seq + (limits.max_lag_events - owed_events) + 1;
+        self.recheck_bytes = head.bytes + (limits.max_lag_bytes - owed_bytes) + 1;
+        Ok(false)
+    }
 }
 
 /// Waits until `ready(head)`, for at most `timeout`; on time-out returns
@@ -288,49 +600,66 @@ async fn wait_for(
     }
 }
 
-/// What `event` becomes for this subscriber: filter transitions turn into
-/// ADDED or DELETED, events it cannot see into nothing.
+/// What a change event looks like through `spec`'s filter: filter
+/// transitions turn into ADDED or DELETED, events it cannot see into
+/// nothing. `None` for bookmarks too.
+fn visible<'e>(spec: &WatchSpec, event: &'e Event) -> Option<(EventKind, &'e Object)> {
+    let object = event.object.as_deref()?;
+    let before = event.previous.as_deref().map(|p| spec.filter.matches(p));
+    if event.kind == EventKind::Deleted {
+        // The subscriber holds the object iff its last state before the
+        // deletion matched (or, unknown to the store, its final state does).
+        return before
+            .unwrap_or_else(|| spec.filter.matches(object))
+            .then_some((EventKind::Deleted, object));
+    }
+    match (before.unwrap_or(false), spec.filter.matches(object)) {
+        (false, false) => None,
+        (false, true) => Some((EventKind::Added, object)),
+        (true, false) => Some((EventKind::Deleted, event.previous.as_deref()?)),
+        (true, true) => Some((event.kind, object)),
+    }
+}
+
+/// What `event` (not one that closes a unit) becomes for this subscriber.
 fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
     let rv = event.resource_version;
     let Some(object) = &event.object else {
         // The same bookmark for every subscriber, so it is shared too.
         return spec.allow_bookmarks.then(|| Delivery {
             unchanged: Some(Unchanged(event.clone())),
-            ..bookmark(store, rv, false)
+            ..bookmark(store, rv, Marker::None)
         });
     };
-    let before = event.previous.as_deref().map(|p| spec.filter.matches(p));
-    let (kind, shown): (EventKind, &Object) = if event.kind == EventKind::Deleted {
-        // The subscriber holds the object iff its last state before the
-        // deletion matched (or, unknown to the store, its final state does).
-        if !before.unwrap_or_else(|| spec.filter.matches(object)) {
-            return None;
-        }
-        (EventKind::Deleted, object)
-    } else {
-        match (before.unwrap_or(false), spec.filter.matches(object)) {
-            (false, false) => return None,
-            (false, true) => (EventKind::Added, object),
-            (true, false) => (EventKind::Deleted, event.previous.as_deref()?),
-            (true, true) => (event.kind, object),
-        }
-    };
+    let (kind, shown) = visible(spec, event)?;
     let unchanged =
         (kind == event.kind && std::ptr::eq(shown, &**object)).then(|| Unchanged(event.clone()));
     Some(Delivery {
         kind,
         resource_version: rv,
         object: shown.json.clone(),
+        resync: event.resync,
         unchanged,
     })
 }
 
+/// What a bookmark marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    /// Nothing: the resourceVersion moved on.
+    None,
+    /// The end of a snapshot (annotated [`INITIAL_EVENTS_END`]).
+    InitialEventsEnd,
+    /// The end of a re-sync unit (flagged `resync`).
+    ResyncEnd,
+}
+
 /// A bookmark object of the store's kind at `rv`, as the API server sends
 /// one: apiVersion, kind and metadata.resourceVersion only.
-fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Delivery {
+fn bookmark(store: &Store, rv: ResourceVersion, marker: Marker) -> Delivery {
     let resource = store.resource();
     let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
-    if initial_events_end {
+    if marker == Marker::InitialEventsEnd {
         metadata["annotations"] = serde_json::json!({ INITIAL_EVENTS_END: "true" });
     }
     let object = serde_json::json!({
@@ -342,6 +671,7 @@ fn bookmark(store: &Store, rv: ResourceVersion, initial_events_end: bool) -> Del
         kind: EventKind::Bookmark,
         resource_version: rv,
         object: object.to_string().into(),
+        resync: marker == Marker::ResyncEnd,
         unchanged: None,
     }
 }
@@ -472,7 +802,7 @@ mod tests {
         assert_eq!(
             ready(&mut stream).await,
             [Err(WatchError::Lagged {
-                last_delivered: ResourceVersion(2)
+                resume_from: ResourceVersion(2)
             })]
         );
     }
@@ -501,7 +831,10 @@ mod tests {
         );
         let (waited, first, mut stream) = next.await.unwrap();
         assert_eq!(waited, Limits::default().progress_interval);
-        assert_eq!(first, Some(Ok(bookmark(&store, ResourceVersion(3), false))));
+        assert_eq!(
+            first,
+            Some(Ok(bookmark(&store, ResourceVersion(3), Marker::None)))
+        );
         // Nothing new was read: no bookmark that says nothing.
         store.apply(EventKind::Added, object("mine", 4, r#"{"app":"mine"}"#));
         assert_eq!(ready(&mut stream).await, [Ok((EventKind::Added, 4))]);
@@ -536,7 +869,7 @@ mod tests {
         assert_eq!(
             ready(&mut stream).await,
             [Err(WatchError::Lagged {
-                last_delivered: ResourceVersion(4)
+                resume_from: ResourceVersion(4)
             })]
         );
     }
@@ -595,9 +928,264 @@ mod tests {
         assert_eq!(
             stream.next().await,
             Some(Err(WatchError::ShuttingDown {
-                last_delivered: ResourceVersion(3)
+                resume_from: ResourceVersion(3)
             }))
         );
         assert_eq!(stream.next().await, None);
+    }
+
+    /// (kind, RV, resync, name) of what a stream has ready.
+    async fn deliveries(
+        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+    ) -> Vec<Result<(EventKind, u64, bool, String), WatchError>> {
+        let mut out = Vec::new();
+        while let Ok(Some(item)) =
+            tokio::time::timeout(Duration::from_millis(50), stream.next()).await
+        {
+            out.push(item.map(|d| {
+                let value: serde_json::Value = serde_json::from_str(&d.object).unwrap();
+                let name = value["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                (d.kind, d.resource_version.0, d.resync, name)
+            }));
+        }
+        out
+    }
+
+    fn stream_of(
+        store: &Arc<Store>,
+        spec: WatchSpec,
+        limits: Limits,
+    ) -> std::pin::Pin<Box<impl Stream<Item = Result<Delivery, WatchError>>>> {
+        Box::pin(watch(store.clone(), spec, limits, CancellationToken::new()))
+    }
+
+    /// Finding 1 of issue 8: a re-sync was published as ordinary events at
+    /// the objects' RVs, so a subscriber held states the API server never
+    /// had. Now it is one flagged unit at the list's RV, filtered, closed
+    /// by a flagged bookmark.
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_reaches_each_subscriber_as_one_flagged_unit() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![
+                object("a", 1, r#"{"app":"x"}"#),
+                object("b", 2, r#"{"app":"x"}"#),
+                object("c", 3, r#"{"app":"y"}"#),
+            ],
+            ResourceVersion(3),
+        );
+        let mut mine = stream_of(
+            &store,
+            spec("app=x", Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        );
+        let mut others = stream_of(
+            &store,
+            spec("app=z", Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        );
+        let mut quiet = stream_of(
+            &store,
+            WatchSpec {
+                allow_bookmarks: false,
+                ..spec("app=z", Start::At(ResourceVersion(3)), false)
+            },
+            Limits::default(),
+        );
+        assert!(deliveries(&mut mine).await.is_empty());
+        // Upstream, while the watch was down: a deleted, b relabelled, c
+        // changed, d created (at RVs 4..7); the relist sees the net result.
+        store.replace(
+            vec![
+                object("b", 5, r#"{"app":"y"}"#),
+                object("c", 6, r#"{"app":"y","v":"2"}"#),
+                object("d", 7, r#"{"app":"x"}"#),
+            ],
+            ResourceVersion(9),
+        );
+        use EventKind::*;
+        assert_eq!(
+            deliveries(&mut mine).await,
+            [
+                Ok((Deleted, 9, true, "a".into())),
+                Ok((Deleted, 9, true, "b".into())),
+                Ok((Added, 9, true, "d".into())),
+                Ok((Bookmark, 9, true, String::new())),
+            ]
+        );
+        // Nothing of the unit concerns these: a plain bookmark at its RV
+        // where bookmarks are on, nothing where they are off.
+        assert_eq!(
+            deliveries(&mut others).await,
+            [Ok((Bookmark, 9, false, String::new()))]
+        );
+        assert!(deliveries(&mut quiet).await.is_empty());
+        // Live events after the unit are ordinary again.
+        store.apply(Modified, object("d", 10, r#"{"app":"x"}"#));
+        assert_eq!(
+            deliveries(&mut mine).await,
+            [Ok((Modified, 10, false, "d".into()))]
+        );
+    }
+
+    /// An error in the middle of a unit names the point before it, and a
+    /// resume from there gets the unit again, whole.
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_stopped_inside_a_unit_resumes_before_it() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(4));
+        store.replace(
+            vec![object("b", 5, "{}"), object("c", 6, "{}")],
+            ResourceVersion(8),
+        );
+        let stop = CancellationToken::new();
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+            stop.clone(),
+        ));
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!((first.kind, first.resync), (EventKind::Deleted, true));
+        stop.cancel();
+        assert_eq!(
+            stream.next().await,
+            Some(Err(WatchError::ShuttingDown {
+                resume_from: ResourceVersion(4)
+            }))
+        );
+        let mut again = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+        );
+        assert_eq!(
+            deliveries(&mut again).await.len(),
+            4,
+            "the whole unit again"
+        );
+    }
+
+    /// Finding 3 of issue 8: a resume on replica A from an RV that replica
+    /// B handed out inside A's re-sync gap got A's difference, computed
+    /// against A's old state (and ghosts). Now it is Expired, while the
+    /// same resume on B, and one from A's own points, are exact.
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_inside_another_replicas_resync_gap_is_expired() {
+        let a = Arc::new(Store::new(configmaps(), 100));
+        let b = Arc::new(Store::new(configmaps(), 100));
+        for replica in [&a, &b] {
+            replica.replace(vec![object("old", 5, "{}")], ResourceVersion(5));
+        }
+        // B follows the API server; A's API server restarts meanwhile.
+        b.apply(EventKind::Added, object("ghost", 6, "{}"));
+        b.apply(EventKind::Deleted, object("ghost", 7, "{}"));
+        b.apply(EventKind::Added, object("new", 8, "{}"));
+        b.bookmark(ResourceVersion(9));
+        a.replace(
+            vec![object("old", 5, "{}"), object("new", 8, "{}")],
+            ResourceVersion(9),
+        );
+        for rv in [6, 7, 8] {
+            let mut on_a = stream_of(
+                &a,
+                spec("", Start::At(ResourceVersion(rv)), false),
+                Limits::default(),
+            );
+            let outcome = on_a.next().await.unwrap();
+            assert!(
+                matches!(&outcome, Err(e) if e.reason() == "Expired"),
+                "resume from {rv} on A: {outcome:?}"
+            );
+            let mut on_b = stream_of(
+                &b,
+                spec("", Start::At(ResourceVersion(rv)), false),
+                Limits::default(),
+            );
+            assert!(on_b.next().await.unwrap().is_ok(), "resume from {rv} on B");
+        }
+        // From before the gap, A's unit brings the subscriber to B's state.
+        let mut from_before = stream_of(
+            &a,
+            spec("", Start::At(ResourceVersion(5)), false),
+            Limits::default(),
+        );
+        assert_eq!(
+            deliveries(&mut from_before).await,
+            [
+                Ok((EventKind::Added, 9, true, "new".into())),
+                Ok((EventKind::Bookmark, 9, true, String::new())),
+            ]
+        );
+    }
+
+    /// Finding 4 of issue 8: the lag bound counted every event behind the
+    /// head, so a resume from an RV more than the bound behind was cut off
+    /// at once with that same RV, forever. Now only what the subscriber
+    /// still has to receive since its stream started counts.
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_always_makes_progress_and_a_cut_off_names_how_far_it_got() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        for rv in 2..=8 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        let limits = Limits {
+            max_lag_events: 2,
+            ..Limits::default()
+        };
+        // Seven events behind, the bound two: it still gets them all.
+        let mut stream = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(1)), false),
+            limits,
+        );
+        let caught_up: Vec<u64> = deliveries(&mut stream)
+            .await
+            .into_iter()
+            .map(|d| d.unwrap().1)
+            .collect();
+        assert_eq!(caught_up, [2, 3, 4, 5, 6, 7, 8]);
+        // Three new events arrive and it reads none of them: more than two
+        // behind since it started, so it is cut off, naming the last RV it
+        // got, from which a resume makes progress again.
+        for rv in 9..=11 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        assert_eq!(
+            stream.next().await,
+            Some(Err(WatchError::Lagged {
+                resume_from: ResourceVersion(8)
+            }))
+        );
+        let mut resumed = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(8)), false),
+            limits,
+        );
+        assert_eq!(
+            deliveries(&mut resumed).await.len(),
+            3,
+            "9..=11, no cut-off"
+        );
+
+        // Events a filter hides never count against it.
+        let mut filtered = stream_of(
+            &store,
+            spec("app=mine", Start::At(ResourceVersion(11)), false),
+            limits,
+        );
+        assert!(deliveries(&mut filtered).await.is_empty());
+        for rv in 12..=20 {
+            store.apply(
+                EventKind::Added,
+                object(&format!("o{rv}"), rv, r#"{"app":"theirs"}"#),
+            );
+        }
+        store.apply(EventKind::Added, object("mine", 21, r#"{"app":"mine"}"#));
+        assert_eq!(
+            deliveries(&mut filtered).await,
+            [Ok((EventKind::Added, 21, false, "mine".into()))]
+        );
     }
 }

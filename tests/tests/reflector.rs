@@ -12,7 +12,7 @@ use kube_fanout::{
     object::ResourceVersion,
     reflector::{Reflector, ReflectorConfig, State},
     resource::ResourceType,
-    store::{EventKind, Store},
+    store::{EventKind, Gap, Store},
 };
 use kube_fanout_client::proto::EventType;
 use kube_fanout_tests::{
@@ -225,10 +225,23 @@ async fn a_real_410_relists_and_deletions_made_while_the_watch_was_down_arrive_a
             (EventKind::Added, "newcomer".into()),
         ]
     );
+    // One re-sync unit at the list's RV: every change flagged, closed by a
+    // flagged bookmark, and the skipped range recorded as a gap.
+    let list_rv = store.head().resource_version;
+    assert!(list_rv > synced.resource_version);
     assert!(
         events
             .iter()
-            .all(|e| e.resource_version > synced.resource_version)
+            .all(|e| e.resync && e.resource_version == list_rv),
+        "{events:?}"
+    );
+    assert!(events.last().is_some_and(|e| e.closes_unit()));
+    assert_eq!(
+        store.status().gaps,
+        [Gap {
+            after: synced.resource_version,
+            until: list_rv
+        }]
     );
     Ok(())
 }
