@@ -77,6 +77,18 @@ const FAMILIES: &[Family] = &[
         value: |_, s, _| s.relists,
     },
     Family {
+        name: "kube_fanout_resync_gaps",
+        help: "Re-sync gaps inside the event history: resumes from RVs inside them are Expired.",
+        kind: MetricType::Gauge,
+        value: |_, s, _| s.gaps.len() as u64,
+    },
+    Family {
+        name: "kube_fanout_history_bytes",
+        help: "Bytes of object JSON the event history holds (bounded by --history-bytes).",
+        kind: MetricType::Gauge,
+        value: |_, s, _| s.history_bytes,
+    },
+    Family {
         name: "kube_fanout_reflector_lists",
         help: "LISTs the reflector completed.",
         kind: MetricType::Counter,
@@ -209,6 +221,15 @@ mod tests {
         let store = Arc::new(Store::new(configmaps(), 10));
         store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
         store.apply(EventKind::Added, object("b", 4, "{}"));
+        store.replace(
+            vec![
+                object("a", 3, "{}"),
+                object("b", 4, "{}"),
+                object("c", 5, "{}"),
+            ],
+            ResourceVersion(6),
+        );
+        let history = object("b", 4, "{}").json.len() + object("c", 5, "{}").json.len();
         let reflector = Arc::new(Mutex::new(ReflectorStatus {
             watches: 2,
             failures: 1,
@@ -222,16 +243,21 @@ mod tests {
             resume_from: ResourceVersion(4),
         });
         let text = render(&registry(Arc::new(cache))).unwrap();
+        let history_line =
+            format!(r#"kube_fanout_history_bytes{{resource="v1/configmaps"}} {history}"#);
         for line in [
-            r#"kube_fanout_objects{resource="v1/configmaps"} 2"#,
+            r#"kube_fanout_objects{resource="v1/configmaps"} 3"#,
             r#"kube_fanout_subscribers{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_synced{resource="v1/configmaps"} 1"#,
-            r#"kube_fanout_resource_version{resource="v1/configmaps"} 4"#,
-            r#"kube_fanout_events_total{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_resource_version{resource="v1/configmaps"} 6"#,
+            r#"kube_fanout_events_total{resource="v1/configmaps"} 3"#,
+            r#"kube_fanout_relists_total{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_resync_gaps{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_reflector_watches_total{resource="v1/configmaps"} 2"#,
             r#"kube_fanout_reflector_failures_total{resource="v1/configmaps"} 1"#,
             "# TYPE kube_fanout_event_bytes counter",
             r#"kube_fanout_watch_errors_total{resource="v1/configmaps",reason="SubscriberLagged"} 1"#,
+            history_line.as_str(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -119,6 +119,25 @@ pub struct Object {
 }
 
 impl Object {
+    /// Whether `other` is the same state of the object. Watch events are
+    /// kept as the API server sent them and list items as they were
+    /// re-encoded, so equal objects can differ in key order: compare the
+    /// JSON values, not the text. A different resourceVersion always means
+    /// a different state, and is checked first because it is cheap.
+    pub fn same_state(&self, other: &Object) -> bool {
+        if self.resource_version != other.resource_version {
+            return false;
+        }
+        self.json == other.json
+            || matches!(
+                (
+                    serde_json::from_str::<Value>(&self.json),
+                    serde_json::from_str::<Value>(&other.json),
+                ),
+                (Ok(a), Ok(b)) if a == b
+            )
+    }
+
     /// Parses an object the API server sent, applying `transform`.
     ///
     /// Items of a LIST come without apiVersion and kind; they are filled in
@@ -207,6 +226,26 @@ mod tests {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
         }
+    }
+
+    #[test]
+    fn the_same_state_is_recognised_whatever_the_key_order() {
+        let parse = |raw: &str| Object::from_json(raw, &cm(), Transform::default()).unwrap();
+        let a = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"2"}}"#,
+        );
+        let reordered = parse(
+            r#"{"data":{"y":"2","x":"1"},"metadata":{"resourceVersion":"4","name":"a"},"kind":"ConfigMap","apiVersion":"v1"}"#,
+        );
+        let changed = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"3"}}"#,
+        );
+        let newer = parse(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"5"},"data":{"x":"1","y":"2"}}"#,
+        );
+        assert!(a.same_state(&reordered));
+        assert!(!a.same_state(&changed));
+        assert!(!a.same_state(&newer));
     }
 
     #[test]

@@ -781,7 +781,7 @@ pub fn differences(streamed: &[Object], listed: &[Object]) -> Vec<String> {
     for (key, s) in &streamed {
         match listed.get(key) {
             None => out.push(format!("{key} streamed but not listed")),
-            Some(l) if l.json != s.json => out.push(format!(
+            Some(l) if !l.same_state(s) => out.push(format!(
                 "{key} differs: streamed RV {}, listed RV {}",
                 s.resource_version, l.resource_version
             )),

@@ -299,4 +299,39 @@ mod tests {
         snapshot.next().await.unwrap().unwrap();
         assert_eq!(service.encoder.encodes(), 4);
     }
+
+    #[tokio::test]
+    async fn a_resync_unit_is_encoded_once_flagged_and_closed_for_every_subscriber() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let service = service(store.clone());
+        let mut streams: Vec<_> = (0..10)
+            .map(|_| Box::pin(service.start_watch(request("", "1", false)).unwrap()))
+            .collect();
+        store.replace(vec![object("b", 2, "{}")], ResourceVersion(3));
+        for stream in &mut streams {
+            let mut unit = Vec::new();
+            for _ in 0..3 {
+                let bytes = stream.next().await.unwrap().unwrap().0;
+                unit.push(pb::WatchEvent::decode(bytes).unwrap());
+            }
+            let seen: Vec<(pb::EventType, &str, bool)> = unit
+                .iter()
+                .map(|e| (e.r#type(), e.resource_version.as_str(), e.resync))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    (pb::EventType::Deleted, "3", true),
+                    (pb::EventType::Added, "3", true),
+                    (pb::EventType::Bookmark, "3", true),
+                ]
+            );
+        }
+        assert_eq!(
+            service.encoder.encodes(),
+            3,
+            "the unit's two changes and its close, each encoded once for all"
+        );
+    }
 }

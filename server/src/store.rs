@@ -328,25 +328,6 @@ impl std::fmt::Debug for Store {
 /// deletion, last) state and the state it replaces.
 type Change = (EventKind, Arc<Object>, Option<Arc<Object>>);
 
-/// Whether two states of an object are the same object state. Watch events
-/// are stored as the API server sent them, list items as they were
-/// re-encoded, so equal objects can differ in key order: compare the JSON
-/// values, not the text. A different resourceVersion always means a
-/// different state, and is checked first because it is cheap.
-fn same_state(a: &Object, b: &Object) -> bool {
-    if a.resource_version != b.resource_version {
-        return false;
-    }
-    a.json == b.json
-        || matches!(
-            (
-                serde_json::from_str::<serde_json::Value>(&a.json),
-                serde_json::from_str::<serde_json::Value>(&b.json),
-            ),
-            (Ok(x), Ok(y)) if x == y
-        )
-}
-
 impl Store {
     /// An empty, unsynced store that keeps the last `capacity` events (for
     /// at most the default age and bytes) for resume and fanout.
@@ -460,7 +441,7 @@ impl Store {
         let mut changes: Vec<Change> = Vec::new();
         for (key, old) in old {
             match fresh.remove(&key) {
-                Some(new) if same_state(&new, &old) => {}
+                Some(new) if new.same_state(&old) => {}
                 Some(new) => changes.push((EventKind::Modified, new, Some(old))),
                 None => changes.push((EventKind::Deleted, old.clone(), Some(old))),
             }
