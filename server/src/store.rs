@@ -694,11 +694,8 @@ impl Store {
                 current: ring.resource_version,
             });
         }
-        let pending = ring
-            .events
-            .iter()
-            .position(|e| e.resource_version > rv)
-            .unwrap_or(ring.events.len());
+        // Events are in RV order: a binary search, not a walk, under the lock.
+        let pending = ring.events.partition_point(|e| e.resource_version <= rv);
         Ok(ring.oldest_seq() + pending as u64 - 1)
     }
 
