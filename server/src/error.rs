@@ -15,6 +15,29 @@ use crate::{
     subscription::WatchError,
 };
 
+/// How many characters of a caller's input an error message quotes.
+pub const QUOTE_LIMIT: usize = 100;
+
+/// Quotes `input` for an error message, bounded: a name or selector of a
+/// megabyte is shown as its first [`QUOTE_LIMIT`] characters and its size,
+/// so a bad request cannot make the answer (or a log line) that large.
+pub fn quote(input: &str) -> Quoted<'_> {
+    Quoted(input)
+}
+
+/// `input` in quotes, at most [`QUOTE_LIMIT`] characters of it (see [`quote`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(QUOTE_LIMIT) {
+            None => write!(f, "{:?}", self.0),
+            Some((cut, _)) => write!(f, "{:?}… ({} bytes)", &self.0[..cut], self.0.len()),
+        }
+    }
+}
+
 /// The domain of kube-fanout's `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "kube-fanout.io";
 
