@@ -139,6 +139,9 @@ pub struct ReflectorStatus {
     pub lists: u64,
     /// The `resourceVersion` parameter of the last LIST ("0", "" or an RV).
     pub last_list_from: Option<String>,
+    /// The requests the last LIST took (its pages, and a full list after a
+    /// continue token expired).
+    pub last_list_requests: u64,
     /// Completed watch-list syncs.
     pub watch_lists: u64,
     /// Watches opened (watch-lists included).
@@ -477,13 +480,14 @@ impl Reflector {
             outcome = self.list(&from).await;
         }
         match outcome {
-            Ok((objects, rv)) => {
-                info!(%rv, from = %from, objects = objects.len(), "listed");
+            Ok((objects, rv, requests)) => {
+                info!(%rv, from = %from, objects = objects.len(), requests, "listed");
                 trace.step(format!("{} objects listed from RV {from:?}", objects.len()));
                 self.replaced(objects, rv, &mut trace);
                 let mut status = self.status.lock();
                 status.lists += 1;
                 status.last_list_from = Some(from);
+                status.last_list_requests = requests;
                 drop(status);
                 State::Watch(None)
             }
@@ -494,26 +498,30 @@ impl Reflector {
         }
     }
 
-    /// LISTs every object, in pages when the rules say so.
-    async fn list(&mut self, from: &str) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
+    /// LISTs every object, in pages when the rules say so; returns them, the
+    /// list's RV and how many requests it took.
+    async fn list(
+        &mut self,
+        from: &str,
+    ) -> Result<(Vec<Object>, ResourceVersion, u64), ReflectorError> {
         let page_size = match self.config.page_size {
             Some(size) => size,
             None if self.paginated_result => DEFAULT_PAGE_SIZE,
             None if !from.is_empty() && from != "0" => 0,
             None => DEFAULT_PAGE_SIZE,
         };
-        let (objects, rv, paginated) = self.list_pages(from, page_size).await?;
+        let (objects, rv, requests) = self.list_pages(from, page_size).await?;
         // Only an answer to RV "0" says the watch cache is off: a list at
         // RV "" is paged by etcd even when the cache is on, and the cache
         // should still serve later relists.
-        if from == "0" && paginated {
+        if from == "0" && requests > 1 {
             self.paginated_result = true;
         }
-        Ok((objects, rv))
+        Ok((objects, rv, requests))
     }
 
-    /// Follows `continue` tokens to the end; returns whether there was more
-    /// than one page. A first page's error is the caller's (a 410 there
+    /// Follows `continue` tokens to the end; returns the objects, the RV and
+    /// the number of requests (more than one: the list was paginated). A first page's error is the caller's (a 410 there
     /// means the RV asked for is gone, and a full list at it would fail the
     /// same way); a continue token that expires mid-list falls back to one
     /// full list at `from`, as client-go's pager does.
@@ -521,11 +529,13 @@ impl Reflector {
         &self,
         from: &str,
         page_size: u32,
-    ) -> Result<(Vec<Object>, ResourceVersion, bool), ReflectorError> {
+    ) -> Result<(Vec<Object>, ResourceVersion, u64), ReflectorError> {
         let limit = page_size.to_string();
         let mut continue_token = String::new();
         let mut objects = Vec::new();
+        let mut requests = 0;
         loop {
+            requests += 1;
             let mut query = Vec::new();
             if page_size > 0 {
                 query.push(("limit", limit.as_str()));
@@ -540,7 +550,7 @@ impl Reflector {
                     debug!(error = %e, "a continue token expired; listing in one page");
                     let text = self.upstream.list(&[("resourceVersion", from)]).await?;
                     let (objects, page) = self.decode_page(&text)?;
-                    return Ok((objects, page.resource_version.parse()?, true));
+                    return Ok((objects, page.resource_version.parse()?, requests + 1));
                 }
                 text => text?,
             };
@@ -548,7 +558,7 @@ impl Reflector {
             objects.extend(page_objects);
             if page.continue_token.is_empty() {
                 let rv = page.resource_version.parse()?;
-                return Ok((objects, rv, !continue_token.is_empty()));
+                return Ok((objects, rv, requests));
             }
             continue_token = page.continue_token;
         }
@@ -622,6 +632,8 @@ impl Reflector {
                     error = %err,
                     "the watch-list request failed; falling back to LIST and WATCH, because making progress beats deadlocking"
                 );
+                // Shown by ListResources: why this type syncs by LIST.
+                self.status.lock().last_error = Some(err.to_string());
                 State::List
             }
         }

@@ -254,6 +254,11 @@ async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_pag
     send.send_response(full(200, list(12, &[cm("b", 6)], "")));
     let reflector = run.await.unwrap();
     assert!(reflector.paginated_result);
+    assert_eq!(
+        reflector.status.lock().last_list_requests,
+        1,
+        "the relist fitted one page"
+    );
     assert_eq!(keys(&store), ["ns/b"]);
 }
 
@@ -494,7 +499,10 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
 #[tokio::test(start_paused = true)]
 async fn a_refused_watch_list_falls_back_to_list_and_watch() {
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
-    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::WatchList).await;
+        (reflector, next)
+    });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(
         422,
@@ -504,7 +512,15 @@ async fn a_refused_watch_list_falls_back_to_list_and_watch() {
             "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
         ),
     ));
-    assert!(matches!(run.await.unwrap(), State::List));
+    let (reflector, next_state) = run.await.unwrap();
+    assert!(matches!(next_state, State::List), "{next_state:?}");
+    let last_error = reflector.status.lock().last_error.clone();
+    assert!(
+        last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("422 Invalid: sendInitialEvents is forbidden")),
+        "the reason for the fallback is shown: {last_error:?}"
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -956,7 +972,9 @@ async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
         (None, "0")
     );
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
-    assert!(run.await.unwrap().paginated_result);
+    let reflector = run.await.unwrap();
+    assert!(reflector.paginated_result);
+    assert_eq!(reflector.status.lock().last_list_requests, 3);
 }
 
 #[tokio::test(start_paused = true)]
