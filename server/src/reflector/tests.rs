@@ -1056,3 +1056,26 @@ async fn a_routine_410_is_not_logged_as_a_warning_but_a_very_short_watch_is() {
         "{warnings:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_internal_error_window_includes_its_end_and_a_minute_of_quiet_exactly() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    for wait in [0, 30] {
+        // At the start of the run, and exactly at its end: retried.
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+        let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+        assert!(matches!(state, State::Watch(None)), "{wait} s: {state:?}");
+    }
+    // Exactly a minute after the last error, a new run starts at once.
+    tokio::time::sleep(retry::QUIET_RESET).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    // 31 s into that run: past the window.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(relists(&state), "{state:?}");
+}
