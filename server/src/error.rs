@@ -15,6 +15,29 @@ use crate::{
     subscription::WatchError,
 };
 
+/// How many characters of a caller's input an error message quotes.
+pub const QUOTE_LIMIT: usize = 100;
+
+/// Quotes `input` for an error message, bounded: a name or selector of a
+/// megabyte is shown as its first [`QUOTE_LIMIT`] characters and its size,
+/// so a bad request cannot make the answer (or a log line) that large.
+pub fn quote(input: &str) -> Quoted<'_> {
+    Quoted(input)
+}
+
+/// `input` in quotes, at most [`QUOTE_LIMIT`] characters of it (see [`quote`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(QUOTE_LIMIT) {
+            None => write!(f, "{:?}", self.0),
+            Some((cut, _)) => write!(f, "{:?}… ({} bytes)", &self.0[..cut], self.0.len()),
+        }
+    }
+}
+
 /// The domain of kube-fanout's `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "kube-fanout.io";
 
@@ -27,7 +50,7 @@ pub enum RequestError {
     )]
     MissingResource,
     /// The resource is not one this server serves.
-    #[error("resource {asked} is not served here; served: {served}")]
+    #[error("resource {} is not served here; served: {served}", quote(&.asked.to_string()))]
     UnknownResource {
         /// What was asked for.
         asked: GroupVersionResource,
@@ -41,7 +64,7 @@ pub enum RequestError {
     #[error("invalid resourceVersion: {0}")]
     ResourceVersion(#[from] ObjectError),
     /// Get found nothing.
-    #[error("{resource} {key:?} not found")]
+    #[error("{resource} {} not found", quote(.key))]
     NotFound {
         /// The resource type.
         resource: GroupVersionResource,
@@ -139,6 +162,66 @@ mod tests {
             Some("9")
         );
         assert!(status.message().contains("too old"), "{}", status.message());
+    }
+
+    #[test]
+    fn user_input_is_quoted_whole_up_to_the_limit_and_cut_past_it() {
+        assert_eq!(quote("v1/nope").to_string(), r#""v1/nope""#);
+        let limit = "é".repeat(QUOTE_LIMIT);
+        assert_eq!(quote(&limit).to_string(), format!("{limit:?}"));
+        let over = format!("{limit}x");
+        assert_eq!(
+            quote(&over).to_string(),
+            format!("{limit:?}… ({} bytes)", over.len()),
+            "cut on a character boundary, counted in bytes"
+        );
+    }
+
+    #[test]
+    fn a_megabyte_of_input_is_not_echoed_back() {
+        let huge = "w".repeat(1 << 20);
+        let statuses: Vec<Status> = vec![
+            RequestError::UnknownResource {
+                asked: GroupVersionResource {
+                    group: String::new(),
+                    version: "v1".into(),
+                    resource: huge.clone(),
+                },
+                served: "v1/configmaps".into(),
+            }
+            .into(),
+            RequestError::NotFound {
+                resource: GroupVersionResource {
+                    group: String::new(),
+                    version: "v1".into(),
+                    resource: "configmaps".into(),
+                },
+                key: huge.clone(),
+            }
+            .into(),
+            RequestError::from(huge.parse::<ResourceVersion>().unwrap_err()).into(),
+            RequestError::from(
+                crate::filter::Filter::new("", &format!("{huge}=x"), "").unwrap_err(),
+            )
+            .into(),
+            RequestError::from(
+                crate::filter::Filter::new("", "", &format!("{huge}=x")).unwrap_err(),
+            )
+            .into(),
+        ];
+        for status in statuses {
+            let message = status.message();
+            assert!(
+                message.len() < 600,
+                "{} bytes: {:.300}",
+                message.len(),
+                message
+            );
+            assert!(
+                message.contains(&format!("{}\"… (", "w".repeat(QUOTE_LIMIT - 3))),
+                "{message}"
+            );
+        }
     }
 
     #[test]

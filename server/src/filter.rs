@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::object::Object;
+use crate::{error::quote, object::Object};
 
 /// Why a selector was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
     /// The label selector does not parse.
-    #[error("invalid label selector {selector:?}: {reason}")]
+    #[error("invalid label selector {}: {reason}", quote(.selector))]
     Label {
         /// The selector as given.
         selector: String,
@@ -17,7 +17,7 @@ pub enum FilterError {
         reason: String,
     },
     /// The field selector does not parse or names an unsupported field.
-    #[error("invalid field selector {selector:?}: {reason}")]
+    #[error("invalid field selector {}: {reason}", quote(.selector))]
     Field {
         /// The selector as given.
         selector: String,
@@ -146,7 +146,7 @@ fn check_key(key: &str) -> Result<String, String> {
     if name_ok && prefix_ok {
         Ok(key.to_owned())
     } else {
-        Err(format!("{key:?} is not a valid label key"))
+        Err(format!("{} is not a valid label key", quote(key)))
     }
 }
 
@@ -161,7 +161,7 @@ fn check_value(value: &str) -> Result<String, String> {
     if ok {
         Ok(value.to_owned())
     } else {
-        Err(format!("{value:?} is not a valid label value"))
+        Err(format!("{} is not a valid label value", quote(value)))
     }
 }
 
@@ -170,7 +170,12 @@ fn parse_set(rest: &str) -> Result<Vec<String>, String> {
         .trim()
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("expected a parenthesised set of values, found {rest:?}"))?;
+        .ok_or_else(|| {
+            format!(
+                "expected a parenthesised set of values, found {}",
+                quote(rest)
+            )
+        })?;
     inner.split(',').map(|v| check_value(v.trim())).collect()
 }
 
@@ -192,7 +197,8 @@ fn parse_label_requirement(req: &str) -> Result<LabelRequirement, String> {
             return Ok(LabelRequirement::In(check_key(key.trim())?, set));
         }
         return Err(format!(
-            "expected 'in' or 'notin' before the set in {req:?}"
+            "expected 'in' or 'notin' before the set in {}",
+            quote(req)
         ));
     }
     for (op, negate) in [("!=", true), ("==", false), ("=", false)] {
@@ -228,13 +234,14 @@ fn parse_fields(selector: &str) -> Result<Vec<FieldRequirement>, String> {
             let (field, value, equal) = [("!=", false), ("==", true), ("=", true)]
                 .iter()
                 .find_map(|(op, equal)| req.split_once(op).map(|(f, v)| (f, v, *equal)))
-                .ok_or_else(|| format!("{req:?} has no operator (=, == or !=)"))?;
+                .ok_or_else(|| format!("{} has no operator (=, == or !=)", quote(req)))?;
             let field = match field.trim() {
                 "metadata.name" => Field::Name,
                 "metadata.namespace" => Field::Namespace,
                 other => {
                     return Err(format!(
-                        "field {other:?} is not supported; kube-fanout filters on metadata.name and metadata.namespace"
+                        "field {} is not supported; kube-fanout filters on metadata.name and metadata.namespace",
+                        quote(other)
                     ));
                 }
             };

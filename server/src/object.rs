@@ -39,7 +39,7 @@ pub enum ObjectError {
     #[error("object is not valid JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// A resourceVersion that is not an etcd revision.
-    #[error("resourceVersion {0:?} is not an unsigned integer")]
+    #[error("resourceVersion {} is not an unsigned integer", crate::error::quote(.0))]
     ResourceVersion(String),
     /// metadata.name is missing or empty.
     #[error("object has no metadata.name")]

@@ -9,18 +9,27 @@
 //!   `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`
 //!   streams the current objects into a temporary map until the bookmark
 //!   annotated `k8s.io/initial-events-end`; then the store is replaced and
-//!   the same watch stays open. A server that refuses it makes the
-//!   reflector fall back to List: progress beats deadlock.
+//!   the same watch stays open. A stream that ends before that bookmark is
+//!   retried from the same RV; one the server refuses (or a very short or
+//!   undecodable one) makes the reflector fall back to List: progress
+//!   beats deadlock.
 //! - **List**: a LIST replaces the store. The first asks for RV "0" (served
 //!   from the watch cache), later ones for the last synced RV; after an
 //!   Expired (410) or too-large-RV answer the list is retried at once at RV
-//!   "", a consistent read. Pages follow client-go's pager rules.
+//!   "", a consistent read. Pages follow client-go's pager rules: only a
+//!   continue token that expires mid-list falls back to one full list.
 //! - **Watch**: a WATCH from the last synced RV with bookmarks and a
 //!   timeout drawn from [min, 2×min). A watch that ends normally is reopened
 //!   from where it got to; connection refused and 429 back off and reopen
-//!   it without relisting; 500s are retried at once up to a deadline; other
-//!   failures (an expired RV, a very short watch) back off and relist.
+//!   it without relisting; internal errors (a 500, or a line that is not a
+//!   watch event) end the watch and are retried at once from the last RV
+//!   within a window ([`retry`]); other failures (an expired RV, a very
+//!   short watch) back off and relist.
 //! - **Backoff**: exponential with jitter, reset after a healthy spell.
+//!
+//! A LIST or watch-list slower than [`trace::SLOW_SYNC`] is logged with its
+//! steps. Routine answers (a 410 that forces a relist, a 429) are logged at
+//! debug and info, as client-go logs them, not as warnings.
 
 use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
@@ -31,8 +40,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Level, debug, info, warn};
 
+use self::{retry::InternalErrorRetry, trace::SyncTrace};
 use crate::{
     backoff::{Backoff, BackoffConfig},
     object::{Object, ObjectError, ResourceVersion, Transform, TypeMeta},
@@ -129,6 +139,9 @@ pub struct ReflectorStatus {
     pub lists: u64,
     /// The `resourceVersion` parameter of the last LIST ("0", "" or an RV).
     pub last_list_from: Option<String>,
+    /// The requests the last LIST took (its pages, and a full list after a
+    /// continue token expired).
+    pub last_list_requests: u64,
     /// Completed watch-list syncs.
     pub watch_lists: u64,
     /// Watches opened (watch-lists included).
@@ -142,6 +155,9 @@ pub struct ReflectorStatus {
     pub end_bookmark_warnings: u64,
     /// Differences the last watch-list consistency check found, if one ran.
     pub consistency_differences: Option<usize>,
+    /// LISTs and watch-lists slower than [`trace::SLOW_SYNC`] (each logged
+    /// with its steps).
+    pub slow_syncs: u64,
 }
 
 /// Why one step failed.
@@ -160,9 +176,12 @@ pub enum ReflectorError {
     /// in trouble, and reopening at once would spin.
     #[error("very short watch: the watch closed within 1s without delivering an event")]
     VeryShortWatch,
-    /// The watch-list stream ended before its initial-events-end bookmark.
-    #[error("the watch-list stream ended before the initial-events-end bookmark")]
-    WatchListIncomplete,
+    /// A watch line that is not a watch event (not JSON, or of an unknown
+    /// type). Like client-go's decoder, the watch ends with an internal
+    /// error rather than skip it: skipping would lose the change until the
+    /// next relist.
+    #[error("cannot decode a watch event: {0}")]
+    DecodeEvent(String),
 }
 
 impl ReflectorError {
@@ -185,12 +204,41 @@ impl ReflectorError {
         self.upstream()
             .is_some_and(|e| e.is_connection_refused() || e.is_too_many_requests())
     }
+
+    /// A 500, or an undecodable line (client-go reports those as a 500
+    /// `ClientWatchDecoding`): retried within the internal-error window.
+    fn is_internal(&self) -> bool {
+        matches!(self, ReflectorError::DecodeEvent(_))
+            || self.upstream().is_some_and(UpstreamError::is_internal)
+    }
+
+    /// How loudly a failure is logged: the answers a healthy cluster gives
+    /// routinely (410 after a compaction or restart, 429 under load) at the
+    /// levels client-go uses (V(4) and V(2)); anything else as a warning.
+    fn log_level(&self) -> Level {
+        match self.upstream() {
+            Some(e) if e.is_expired() => Level::DEBUG,
+            Some(e) if e.is_too_many_requests() => Level::INFO,
+            _ => Level::WARN,
+        }
+    }
 }
 
 /// An open WATCH response.
 pub struct OpenWatch {
     lines: Lines,
     started: Instant,
+}
+
+impl OpenWatch {
+    /// The watch ended after `events` lines: a very short watch (within a
+    /// second, with none) is an error.
+    fn ended(&self, events: u64) -> Result<(), ReflectorError> {
+        if events == 0 && self.started.elapsed() < VERY_SHORT_WATCH {
+            return Err(ReflectorError::VeryShortWatch);
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for OpenWatch {
@@ -234,8 +282,8 @@ pub struct Reflector {
     /// A list at RV "0" came back in pages: the watch cache is off for this
     /// type, so keep paging.
     paginated_result: bool,
-    /// When a run of internal errors began.
-    internal_errors_since: Option<Instant>,
+    /// The current run of internal errors, renewed by every sync.
+    internal_errors: InternalErrorRetry,
 }
 
 #[derive(Deserialize)]
@@ -305,7 +353,7 @@ impl Reflector {
             last_sync: None,
             last_sync_unavailable: false,
             paginated_result: false,
-            internal_errors_since: None,
+            internal_errors: InternalErrorRetry::new(config.max_internal_error_retry),
         }
     }
 
@@ -363,7 +411,11 @@ impl Reflector {
         if let Some(asked) = err.upstream().and_then(UpstreamError::retry_after) {
             delay = delay.max(asked);
         }
-        warn!(error = %err, ?delay, next = ?then, "reflector backing off");
+        match err.log_level() {
+            Level::DEBUG => debug!(error = %err, ?delay, next = ?then, "reflector backing off"),
+            Level::INFO => info!(error = %err, ?delay, next = ?then, "reflector backing off"),
+            _ => warn!(error = %err, ?delay, next = ?then, "reflector backing off"),
+        }
         let mut status = self.status.lock();
         status.last_error = Some(err.to_string());
         status.failures += 1;
@@ -376,6 +428,19 @@ impl Reflector {
     fn synced_to(&mut self, rv: ResourceVersion) {
         self.last_sync = Some(rv);
         self.status.lock().last_sync_resource_version = Some(rv);
+    }
+
+    /// A LIST or watch-list replaced the store: the RV it asked for was
+    /// served, and the watches that follow start a new internal-error run.
+    fn replaced(&mut self, objects: Vec<Object>, rv: ResourceVersion, trace: &mut SyncTrace) {
+        self.last_sync_unavailable = false;
+        self.store.replace(objects, rv);
+        trace.step("store replaced");
+        self.synced_to(rv);
+        self.internal_errors.reset();
+        if trace.log_if_slow() {
+            self.status.lock().slow_syncs += 1;
+        }
     }
 
     /// The RV a relist asks for (client-go's relistResourceVersion).
@@ -404,6 +469,7 @@ impl Reflector {
 
     async fn list_step(&mut self) -> State {
         self.set_phase(Phase::Listing);
+        let mut trace = SyncTrace::new("list");
         let mut from = self.relist_from();
         let mut outcome = self.list(&from).await;
         if outcome.as_ref().is_err_and(ReflectorError::rv_unavailable) {
@@ -414,14 +480,14 @@ impl Reflector {
             outcome = self.list(&from).await;
         }
         match outcome {
-            Ok((objects, rv)) => {
-                info!(%rv, from = %from, objects = objects.len(), "listed");
-                self.last_sync_unavailable = false;
-                self.store.replace(objects, rv);
-                self.synced_to(rv);
+            Ok((objects, rv, requests)) => {
+                info!(%rv, from = %from, objects = objects.len(), requests, "listed");
+                trace.step(format!("{} objects listed from RV {from:?}", objects.len()));
+                self.replaced(objects, rv, &mut trace);
                 let mut status = self.status.lock();
                 status.lists += 1;
                 status.last_list_from = Some(from);
+                status.last_list_requests = requests;
                 drop(status);
                 State::Watch(None)
             }
@@ -432,45 +498,44 @@ impl Reflector {
         }
     }
 
-    /// LISTs every object, in pages when the rules say so.
-    async fn list(&mut self, from: &str) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
+    /// LISTs every object, in pages when the rules say so; returns them, the
+    /// list's RV and how many requests it took.
+    async fn list(
+        &mut self,
+        from: &str,
+    ) -> Result<(Vec<Object>, ResourceVersion, u64), ReflectorError> {
         let page_size = match self.config.page_size {
             Some(size) => size,
             None if self.paginated_result => DEFAULT_PAGE_SIZE,
             None if !from.is_empty() && from != "0" => 0,
             None => DEFAULT_PAGE_SIZE,
         };
-        match self.list_pages(from, page_size).await {
-            Err(ReflectorError::Upstream(e)) if e.is_expired() && page_size > 0 => {
-                // A continue token expired mid-list (or the first page's RV
-                // did): start over in one page, as client-go's pager does.
-                debug!(error = %e, "paginated list expired; listing in one page");
-                self.list_pages(from, 0)
-                    .await
-                    .map(|(objects, rv, _)| (objects, rv))
-            }
-            Ok((objects, rv, paginated)) => {
-                if from == "0" && paginated {
-                    self.paginated_result = true;
-                }
-                Ok((objects, rv))
-            }
-            Err(err) => Err(err),
+        let (objects, rv, requests) = self.list_pages(from, page_size).await?;
+        // Only an answer to RV "0" says the watch cache is off: a list at
+        // RV "" is paged by etcd even when the cache is on, and the cache
+        // should still serve later relists.
+        if from == "0" && requests > 1 {
+            self.paginated_result = true;
         }
+        Ok((objects, rv, requests))
     }
 
-    /// Follows `continue` tokens to the end; returns whether there was more
-    /// than one page.
+    /// Follows `continue` tokens to the end; returns the objects, the RV and
+    /// the number of requests (more than one: the list was paginated). A first page's error is the caller's (a 410 there
+    /// means the RV asked for is gone, and a full list at it would fail the
+    /// same way); a continue token that expires mid-list falls back to one
+    /// full list at `from`, as client-go's pager does.
     async fn list_pages(
         &self,
         from: &str,
         page_size: u32,
-    ) -> Result<(Vec<Object>, ResourceVersion, bool), ReflectorError> {
+    ) -> Result<(Vec<Object>, ResourceVersion, u64), ReflectorError> {
         let limit = page_size.to_string();
         let mut continue_token = String::new();
         let mut objects = Vec::new();
-        let mut pages = 0;
+        let mut requests = 0;
         loop {
+            requests += 1;
             let mut query = Vec::new();
             if page_size > 0 {
                 query.push(("limit", limit.as_str()));
@@ -480,16 +545,34 @@ impl Reflector {
             } else {
                 query.push(("continue", continue_token.as_str()));
             }
-            let text = self.upstream.list(&query).await?;
-            let page: RawList = serde_json::from_str(&text).map_err(ReflectorError::DecodeList)?;
-            pages += 1;
-            objects.extend(page.items.iter().filter_map(|raw| self.decode(raw.get())));
-            if page.metadata.continue_token.is_empty() {
-                let rv = page.metadata.resource_version.parse()?;
-                return Ok((objects, rv, pages > 1));
+            let text = match self.upstream.list(&query).await {
+                Err(e) if e.is_expired() && !continue_token.is_empty() => {
+                    debug!(error = %e, "a continue token expired; listing in one page");
+                    let text = self.upstream.list(&[("resourceVersion", from)]).await?;
+                    let (objects, page) = self.decode_page(&text)?;
+                    return Ok((objects, page.resource_version.parse()?, requests + 1));
+                }
+                text => text?,
+            };
+            let (page_objects, page) = self.decode_page(&text)?;
+            objects.extend(page_objects);
+            if page.continue_token.is_empty() {
+                let rv = page.resource_version.parse()?;
+                return Ok((objects, rv, requests));
             }
-            continue_token = page.metadata.continue_token;
+            continue_token = page.continue_token;
         }
+    }
+
+    /// One LIST answer's objects (those the store can take) and metadata.
+    fn decode_page(&self, text: &str) -> Result<(Vec<Object>, ListMeta), ReflectorError> {
+        let page: RawList = serde_json::from_str(text).map_err(ReflectorError::DecodeList)?;
+        let objects = page
+            .items
+            .iter()
+            .filter_map(|raw| self.decode(raw.get()))
+            .collect();
+        Ok((objects, page.metadata))
     }
 
     /// Parses an object, logging and dropping one that does not belong.
@@ -507,25 +590,36 @@ impl Reflector {
 
     async fn watch_list_step(&mut self) -> State {
         self.set_phase(Phase::WatchListing);
+        let mut trace = SyncTrace::new("watch-list");
         let from = self.rewatch_from();
         let outcome = match self.open_watch(&from, true).await {
             Ok(mut open) => self
-                .stream_initial_events(&mut open.lines)
+                .stream_initial_events(&mut open)
                 .await
-                .map(|(objects, rv)| (open, objects, rv)),
+                .map(|synced| synced.map(|(objects, rv)| (open, objects, rv))),
             Err(err) => Err(err),
         };
         match outcome {
-            Ok((open, objects, rv)) => {
+            Ok(Some((open, objects, rv))) => {
                 info!(%rv, from = %from, objects = objects.len(), "synced with watch-list");
-                self.last_sync_unavailable = false;
+                trace.step(format!(
+                    "{} objects streamed from RV {from:?}",
+                    objects.len()
+                ));
                 if self.config.check_watch_list_consistency {
                     self.check_consistency(&objects, rv).await;
+                    trace.step("consistency checked");
                 }
-                self.store.replace(objects, rv);
-                self.synced_to(rv);
+                self.replaced(objects, rv, &mut trace);
                 self.status.lock().watch_lists += 1;
                 State::Watch(Some(open))
+            }
+            Ok(None) => {
+                // client-go retries the watch-list at once from the same RV
+                // (what it streamed is thrown away): the stream was healthy
+                // for a while, so a LIST would only cost more.
+                debug!(from = %from, "the watch-list stream ended before its end bookmark; retrying it");
+                State::WatchList
             }
             Err(err) if err.can_rewatch() => self.fail(&err, State::WatchList),
             Err(err) if err.rv_unavailable() => {
@@ -538,22 +632,27 @@ impl Reflector {
                     error = %err,
                     "the watch-list request failed; falling back to LIST and WATCH, because making progress beats deadlocking"
                 );
+                // Shown by ListResources: why this type syncs by LIST.
+                self.status.lock().last_error = Some(err.to_string());
                 State::List
             }
         }
     }
 
-    /// Reads a watch-list's initial events up to the end bookmark.
+    /// Reads a watch-list's initial events up to the end bookmark; `None`
+    /// if the stream ended (or broke) before it, unless that makes a very
+    /// short watch.
     async fn stream_initial_events(
         &self,
-        lines: &mut Lines,
-    ) -> Result<(Vec<Object>, ResourceVersion), ReflectorError> {
+        open: &mut OpenWatch,
+    ) -> Result<Option<(Vec<Object>, ResourceVersion)>, ReflectorError> {
         let mut initial = HashMap::new();
         let mut last_event = Instant::now();
+        let mut events = 0u64;
         loop {
             let line = match tokio::time::timeout_at(
                 last_event + END_BOOKMARK_WARNING,
-                lines.next(),
+                open.lines.next(),
             )
             .await
             {
@@ -566,14 +665,19 @@ impl Reflector {
                     last_event = Instant::now();
                     continue;
                 }
-                Ok(None) => return Err(ReflectorError::WatchListIncomplete),
-                Ok(Some(line)) => line.map_err(UpstreamError::Body)?,
+                Ok(Some(Ok(line))) => line,
+                Ok(Some(Err(err))) => {
+                    warn!(error = %err, "the watch-list stream broke");
+                    return open.ended(events).map(|()| None);
+                }
+                Ok(None) => return open.ended(events).map(|()| None),
             };
             last_event = Instant::now();
+            events += 1;
             if let Applied::Moved { rv, end: true } =
                 self.apply(&line, Sink::Initial(&mut initial))?
             {
-                return Ok((initial.into_values().collect(), rv));
+                return Ok(Some((initial.into_values().collect(), rv)));
             }
         }
     }
@@ -632,17 +736,12 @@ impl Reflector {
             },
         };
         let outcome = self.follow(open).await;
-        if outcome
-            .as_ref()
-            .is_err_and(|e| e.upstream().is_some_and(UpstreamError::is_internal))
+        if let Err(err) = &outcome
+            && err.is_internal()
+            && self.internal_errors.retry_after_error()
         {
-            let since = *self.internal_errors_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < self.config.max_internal_error_retry {
-                debug!("retrying the watch after an internal error");
-                return State::Watch(None);
-            }
-        } else {
-            self.internal_errors_since = None;
+            info!(error = %err, "retrying the watch after an internal error");
+            return State::Watch(None);
         }
         match outcome {
             Ok(()) => State::Watch(None),
@@ -684,7 +783,8 @@ impl Reflector {
         Ok(OpenWatch { lines, started })
     }
 
-    /// Applies a watch's events until it ends.
+    /// Applies a watch's events until it ends (an undecodable line ends it
+    /// with an error).
     async fn follow(&mut self, mut open: OpenWatch) -> Result<(), ReflectorError> {
         let mut events = 0u64;
         while let Some(line) = open.lines.next().await {
@@ -704,26 +804,21 @@ impl Reflector {
                 self.synced_to(rv);
             }
         }
-        if events == 0 && open.started.elapsed() < VERY_SHORT_WATCH {
-            return Err(ReflectorError::VeryShortWatch);
-        }
+        open.ended(events)?;
         debug!(events, "watch ended; reopening");
         Ok(())
     }
 
-    /// Applies one watch event line. Malformed events and objects of
-    /// another type are logged and skipped; an ERROR event is returned.
+    /// Applies one watch event line. Objects of another type (and bookmarks
+    /// without a usable RV, which carry no change) are logged and skipped;
+    /// an ERROR event, and a line that is not a watch event, are returned
+    /// as errors.
     fn apply(&self, line: &str, sink: Sink<'_>) -> Result<Applied, ReflectorError> {
         if line.trim().is_empty() {
             return Ok(Applied::Skipped);
         }
-        let event: RawEvent = match serde_json::from_str(line) {
-            Ok(event) => event,
-            Err(err) => {
-                warn!(error = %err, "skipping a malformed watch event");
-                return Ok(Applied::Skipped);
-            }
-        };
+        let event: RawEvent = serde_json::from_str(line)
+            .map_err(|err| ReflectorError::DecodeEvent(err.to_string()))?;
         let kind = match event.kind.as_str() {
             "ADDED" => EventKind::Added,
             "MODIFIED" => EventKind::Modified,
@@ -752,8 +847,10 @@ impl Reflector {
             }
             "ERROR" => return Err(UpstreamError::from_watch_error(event.object.get()).into()),
             other => {
-                warn!(event_type = other, "skipping a watch event of unknown type");
-                return Ok(Applied::Skipped);
+                return Err(ReflectorError::DecodeEvent(format!(
+                    "unknown watch event type {}",
+                    crate::error::quote(other)
+                )));
             }
         };
         let Some(object) = self.decode(event.object.get()) else {
@@ -798,5 +895,7 @@ pub fn differences(streamed: &[Object], listed: &[Object]) -> Vec<String> {
     out
 }
 
+pub mod retry;
 #[cfg(test)]
 mod tests;
+pub mod trace;

@@ -142,14 +142,17 @@ pub async fn start(
         None => None,
     };
 
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    // The google.rpc error details (ErrorInfo) are served too, so grpcurl
+    // can print the reason and resourceVersion of an Expired or lagging
+    // status instead of "google.rpc.ErrorInfo is not recognized".
+    let descriptors = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = descriptors().build_v1()?;
+    let reflection_alpha = descriptors().build_v1alpha()?;
     let service = FanoutService::new(cache.clone(), options.limits, cancel.clone());
     let local_addr = listener.local_addr()?;
     let router = tonic::transport::Server::builder()

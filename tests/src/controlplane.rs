@@ -255,24 +255,42 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Starts `program`, killed when the handle drops (a panicking test
-/// included) and, through a watcher beside it, when the test process dies
-/// without dropping it (killed, or aborted by a timeout).
+/// Starts `program` with [`tied_command`], its output to `log`.
 fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
     let log = std::fs::File::create(log)?;
-    Command::new("bash")
-        .arg("-c")
-        .arg(r#"parent=$1; shift; ( while kill -0 "$parent" 2>/dev/null; do sleep 1; done; kill -9 $$ ) & exec "$@""#)
-        .arg("controlplane")
-        .arg(std::process::id().to_string())
-        .arg(&program)
+    tied_command(&program)
         .args(args)
-        .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
-        .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", program.display()))
+}
+
+/// The watcher [`tied_command`] runs beside the program: it blocks reading
+/// fd 3 (the read end of the stdin pipe, whose only write end is this
+/// process's), so it wakes the moment this process exits, however it
+/// dies, zombie or not; it kills the program only if the PID still names
+/// it (the same start time), never a process that reused the PID.
+const TIE: &str = r#"started=$(cut -d' ' -f22 /proc/$$/stat)
+exec 3<&0
+( read -r -u 3 _; [ "$(cut -d' ' -f22 /proc/$$/stat 2>/dev/null)" = "$started" ] && kill -9 $$ ) &
+exec "$@" 3<&- </dev/null"#;
+
+/// A command for `program` (append its arguments) that never outlives this
+/// process: killed when the [`Child`] drops (a panicking test included)
+/// and, through a watcher, when this process dies without dropping it (a
+/// SIGTERM or SIGKILL, a test aborted by a timeout). Keep the `Child`: its
+/// stdin handle is what keeps the program alive.
+pub fn tied_command(program: &Path) -> Command {
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(TIE)
+        .arg("tied")
+        .arg(program)
+        .stdin(Stdio::piped())
+        .kill_on_drop(true);
+    command
 }
 
 /// Writes the serving certificate (signed by a fresh CA), the

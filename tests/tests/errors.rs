@@ -36,6 +36,10 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     let mut bystander = fanout.client().await?.watch(watch_list("errors")).await?;
     let (_, snapshot_rv) = read_snapshot(&mut bystander).await?;
 
+    let huge_name = format!(
+        "resource \"v1/{}\"… (1048579 bytes) is not served here",
+        "r".repeat(97)
+    );
     let cases: Vec<(WatchRequest, Code, &str)> = vec![
         (
             WatchRequest::default(),
@@ -48,7 +52,20 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
                 ..WatchRequest::default()
             },
             Code::NotFound,
-            "example.com/v1/widgets is not served here; served: v1/configmaps",
+            "resource \"example.com/v1/widgets\" is not served here; served: v1/configmaps",
+        ),
+        (
+            WatchRequest {
+                resource: Some(ResourceRef {
+                    version: "v1".into(),
+                    resource: "r".repeat(1 << 20),
+                    ..ResourceRef::default()
+                }),
+                ..WatchRequest::default()
+            },
+            Code::NotFound,
+            // A megabyte of name is quoted as its first 100 characters.
+            &huge_name,
         ),
         (
             WatchRequest {
@@ -102,10 +119,15 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     ];
     for (request, code, message) in cases {
         let status = refused(&fanout, request.clone()).await?;
-        assert_eq!(status.code(), code, "{request:?}: {status:?}");
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(
+            status.message().len() <= 300,
+            "a bounded message: {:.400}",
+            status.message()
+        );
         assert!(
             status.message().contains(message),
-            "{request:?}: {:?} lacks {message:?}",
+            "{:?} lacks {message:?}",
             status.message()
         );
         if code == Code::OutOfRange {

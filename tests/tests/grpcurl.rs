@@ -132,9 +132,30 @@ async fn grpcurl_lists_describes_and_calls_the_service() -> anyhow::Result<()> {
     assert!(
         refused
             .stderr
-            .contains("example.com/v1/widgets is not served"),
+            .contains(r#"resource "example.com/v1/widgets" is not served"#),
         "{refused:?}"
     );
+
+    // Error details are readable: reflection serves google.rpc.ErrorInfo.
+    let expired = r#"{"resource":{"version":"v1","resource":"configmaps"},"resourceVersion":"1"}"#;
+    let expired = run(
+        &grpcurl,
+        &plaintext(&["-d", expired, &addr, "kubefanout.v1.KubeFanout/Watch"]),
+    )
+    .await?;
+    assert!(!expired.success);
+    for detail in [
+        "Code: OutOfRange",
+        r#""@type": "type.googleapis.com/google.rpc.ErrorInfo""#,
+        r#""reason": "Expired""#,
+        r#""domain": "kube-fanout.io""#,
+        r#""resourceVersion": ""#,
+    ] {
+        assert!(
+            expired.stderr.contains(detail),
+            "{detail} missing: {expired:?}"
+        );
+    }
 
     fanout.stop().await?;
     Ok(())

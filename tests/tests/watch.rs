@@ -1,8 +1,12 @@
 //! The walking skeleton end to end, on a real kube-apiserver and etcd:
 //! snapshots are exact, live events follow in order.
 
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
 use kube_fanout_client::proto::EventType;
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 
@@ -34,6 +38,21 @@ async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyho
         .await?;
     api.delete("cm-2", &DeleteParams::default()).await?;
 
+    // The deletion's RV, from the API server's own watch (the truth).
+    let mut truth = api
+        .watch(&WatchParams::default(), &snapshot_rv)
+        .await?
+        .boxed();
+    let deleted_rv = loop {
+        match tokio::time::timeout(EVENT_TIMEOUT, truth.try_next()).await?? {
+            Some(WatchEvent::Deleted(cm)) => break cm.metadata.resource_version,
+            Some(WatchEvent::Error(e)) => anyhow::bail!("the API server's watch failed: {e}"),
+            Some(_) => {}
+            None => anyhow::bail!("the API server's watch ended"),
+        }
+    };
+    assert!(deleted_rv.is_some() && deleted_rv != changed.metadata.resource_version);
+
     let mut last_rv: u64 = snapshot_rv.parse()?;
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -61,7 +80,7 @@ async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyho
                 "cm-1".to_owned(),
                 changed.metadata.resource_version.clone()
             ),
-            (EventType::Deleted, "cm-2".to_owned(), seen[2].2.clone()),
+            (EventType::Deleted, "cm-2".to_owned(), deleted_rv),
         ]
     );
 
@@ -108,8 +127,20 @@ async fn list_pages_are_one_snapshot_equal_to_the_api_servers_list_at_its_rv() -
     // The store moves on between pages; the pages do not.
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "pages");
     api.delete("cm-15", &DeleteParams::default()).await?;
-    create_configmap(&client, "pages", "cm-12a", "late").await?;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let late = create_configmap(&client, "pages", "cm-12a", "late").await?;
+    let late_rv: u64 = late.metadata.resource_version.context("an RV")?.parse()?;
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let resources = grpc.list_resources().await?;
+        if resources.resources[0].resource_version.parse::<u64>()? >= late_rv {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache did not reach RV {late_rv}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let mut objects: BTreeMap<String, ConfigMap> = BTreeMap::new();
     let mut page = first;

@@ -254,6 +254,11 @@ async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_pag
     send.send_response(full(200, list(12, &[cm("b", 6)], "")));
     let reflector = run.await.unwrap();
     assert!(reflector.paginated_result);
+    assert_eq!(
+        reflector.status.lock().last_list_requests,
+        1,
+        "the relist fitted one page"
+    );
     assert_eq!(keys(&store), ["ns/b"]);
 }
 
@@ -416,7 +421,7 @@ async fn a_watch_that_times_out_normally_is_reopened_from_where_it_got_to() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn foreign_kinds_tables_and_malformed_events_are_skipped_and_the_watch_goes_on() {
+async fn foreign_kinds_and_tables_are_skipped_and_the_watch_goes_on() {
     let (mut reflector, store, mut handle) = setup(list_watch());
     reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
@@ -426,8 +431,6 @@ async fn foreign_kinds_tables_and_malformed_events_are_skipped_and_the_watch_goe
     let lines = [
         event("ADDED", secret),
         event("ADDED", table),
-        "{not json".to_owned(),
-        event("SURPRISE", &cm("x", 13)),
         event("ADDED", &cm("kept", 14)),
     ]
     .join("\n");
@@ -459,6 +462,16 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
     send.send_response(response);
     tx.send(event("ADDED", &cm("a", 5))).await.unwrap();
     tx.send(event("ADDED", &cm("b", 6))).await.unwrap();
+    tx.send(event("ADDED", &cm("gone", 6))).await.unwrap();
+    // Only the bookmark annotated initial-events-end "true" ends the stream.
+    tx.send(bookmark(6, false)).await.unwrap();
+    tx.send(event(
+        "BOOKMARK",
+        r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"6","annotations":{"k8s.io/initial-events-end":"false"}}}"#,
+    ))
+    .await
+    .unwrap();
+    tx.send(event("DELETED", &cm("gone", 7))).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         keys(&store).is_empty(),
@@ -469,7 +482,11 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(tx);
     let reflector = run.await.unwrap();
-    assert_eq!(keys(&store), ["ns/b"]);
+    assert_eq!(
+        keys(&store),
+        ["ns/b"],
+        "deleted during the initial events (gone) and after them (a)"
+    );
     assert_eq!(store.head().resource_version, ResourceVersion(9));
     let status = reflector.status.lock().clone();
     assert_eq!(
@@ -482,7 +499,10 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
 #[tokio::test(start_paused = true)]
 async fn a_refused_watch_list_falls_back_to_list_and_watch() {
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
-    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::WatchList).await;
+        (reflector, next)
+    });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(
         422,
@@ -492,7 +512,15 @@ async fn a_refused_watch_list_falls_back_to_list_and_watch() {
             "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
         ),
     ));
-    assert!(matches!(run.await.unwrap(), State::List));
+    let (reflector, next_state) = run.await.unwrap();
+    assert!(matches!(next_state, State::List), "{next_state:?}");
+    let last_error = reflector.status.lock().last_error.clone();
+    assert!(
+        last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("422 Invalid: sendInitialEvents is forbidden")),
+        "the reason for the fallback is shown: {last_error:?}"
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -502,7 +530,11 @@ async fn an_expired_watch_list_rv_retries_at_the_freshest_rv() {
     let run = tokio::spawn(async move {
         let next = reflector.step(State::WatchList).await;
         assert!(matches!(next, State::WatchList), "{next:?}");
-        reflector.step(next).await
+        let next = reflector.step(next).await;
+        assert!(matches!(next, State::Watch(Some(_))), "{next:?}");
+        // The next resync asks for the synced RV again: the flag set by
+        // the 410 is cleared by the successful sync.
+        reflector.step(State::WatchList).await
     });
     let (query, send) = next(&mut handle).await;
     assert_eq!(query["resourceVersion"], "40");
@@ -510,6 +542,9 @@ async fn an_expired_watch_list_rv_retries_at_the_freshest_rv() {
     let (query, send) = next(&mut handle).await;
     assert_eq!(query["resourceVersion"], "");
     send.send_response(full(200, bookmark(50, true)));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "50");
+    send.send_response(full(200, bookmark(51, true)));
     assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
 }
 
@@ -552,7 +587,11 @@ fn differences_name_every_missing_extra_and_changed_object() {
 async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
     let (mut reflector, _, mut handle) = setup(list_watch());
     reflector.synced_to(ResourceVersion(10));
-    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::Watch(None)).await;
+        assert!(matches!(next, State::Watch(None)), "{next:?}");
+        reflector.step(next).await
+    });
     let (_, send) = next(&mut handle).await;
     let frames = futures::stream::iter([
         Ok(Frame::data(Bytes::from(
@@ -566,7 +605,15 @@ async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
             .body(BodyExt::boxed(StreamBody::new(frames)))
             .unwrap(),
     );
-    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["watch"].as_str(), query["resourceVersion"].as_str()),
+        ("true", "11"),
+        "reopened from the last event the broken stream delivered"
+    );
+    assert_eq!(query.get("sendInitialEvents"), None);
+    send.send_response(full(200, bookmark(12, false)));
+    run.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -585,4 +632,450 @@ async fn a_watch_list_without_its_end_bookmark_10s_after_the_last_event_warns() 
     tx.send(bookmark(6, true)).await.unwrap();
     assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
     assert_eq!(keys(&store), ["ns/a"]);
+}
+
+/// Log lines recorded while a test runs: (level, message and fields).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+impl Logs {
+    /// Records every log line of this thread (paused-time tests run on one)
+    /// until the guard drops.
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::registry().with(logs.clone());
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn at(&self, level: tracing::Level) -> Vec<String> {
+        self.0
+            .lock()
+            .iter()
+            .filter(|(l, _)| *l == level)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logs {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+                use std::fmt::Write;
+                let _ = write!(self.0, "{}={value:?} ", field.name());
+            }
+        }
+        let mut line = Line(String::new());
+        event.record(&mut line);
+        self.0.lock().push((*event.metadata().level(), line.0));
+    }
+}
+
+/// One watch from the last synced RV answered with `body`; the next state.
+async fn watch_answered(reflector: &mut Reflector, handle: &mut MockHandle, body: String) -> State {
+    let step = reflector.step(State::Watch(None));
+    let answer = async {
+        let (query, send) = next(handle).await;
+        assert_eq!(query["watch"], "true");
+        send.send_response(full(200, body));
+    };
+    tokio::join!(step, answer).0
+}
+
+fn internal_error() -> String {
+    event("ERROR", &status(500, "InternalError", "etcd hiccup"))
+}
+
+fn relists(state: &State) -> bool {
+    matches!(state, State::Backoff { then, .. } if matches!(**then, State::List))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_renews_the_internal_error_window() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let gone = event("ERROR", &status(410, "Expired", "too old"));
+    let state = watch_answered(&mut reflector, &mut handle, gone).await;
+    assert!(relists(&state), "{state:?}");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let step = reflector.step(State::List);
+    let answer = async {
+        let (query, send) = next(&mut handle).await;
+        assert_eq!(query["resourceVersion"], "10");
+        send.send_response(full(200, list(20, &[], "")));
+    };
+    assert!(matches!(tokio::join!(step, answer).0, State::Watch(None)));
+    // 35 s after the run began, with its last error 35 s ago: only because
+    // client-go builds a new window for every watch after a list is this
+    // error retried.
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(
+        matches!(state, State::Watch(None)),
+        "a new window: {state:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_minute_starts_a_new_internal_error_window_and_a_normal_end_does_not() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(
+        matches!(state, State::Watch(None)),
+        "61 s after the last internal error, a new run: {state:?}"
+    );
+    // A watch that ends normally does not end the run: 35 s after it
+    // began, with the last error 35 s ago (< 1 min), the window is closed.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let state = watch_answered(&mut reflector, &mut handle, bookmark(11, false)).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(relists(&state), "the window closed: {state:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_malformed_line_ends_the_watch_which_reopens_from_the_last_rv_within_the_window() {
+    let (mut reflector, store, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    let lines = [
+        event("ADDED", &cm("a", 11)),
+        "{not json".to_owned(),
+        event("ADDED", &cm("b", 12)),
+    ]
+    .join("\n");
+    let state = watch_answered(&mut reflector, &mut handle, lines).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    assert_eq!(keys(&store), ["ns/a"], "nothing after the bad line");
+    let step = reflector.step(state);
+    let answer = async {
+        let (query, send) = next(&mut handle).await;
+        assert_eq!(
+            (query["watch"].as_str(), query["resourceVersion"].as_str()),
+            ("true", "11")
+        );
+        send.send_response(full(200, event("ADDED", &cm("b", 12))));
+    };
+    tokio::join!(step, answer);
+    assert_eq!(keys(&store), ["ns/a", "ns/b"], "the change was not lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_event_type_without_a_retry_window_backs_off_and_relists_from_the_last_rv() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let lines = [
+        event("ADDED", &cm("a", 11)),
+        event("SURPRISE", &cm("b", 12)),
+    ]
+    .join("\n");
+    let state = watch_answered(&mut reflector, &mut handle, lines).await;
+    assert!(relists(&state), "{state:?}");
+    assert!(
+        reflector
+            .status
+            .lock()
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains(r#"unknown watch event type "SURPRISE""#)),
+        "{:?}",
+        reflector.status.lock().last_error
+    );
+    let step = async {
+        let list = reflector.step(state).await;
+        reflector.step(list).await
+    };
+    let answer = async {
+        let (query, send) = next(&mut handle).await;
+        assert_eq!(query.get("watch"), None);
+        assert_eq!(query["resourceVersion"], "11");
+        send.send_response(full(200, list(12, &[cm("a", 11), cm("b", 12)], "")));
+    };
+    assert!(matches!(tokio::join!(step, answer).0, State::Watch(None)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_list_that_ends_before_its_end_bookmark_is_retried_not_replaced_by_a_list() {
+    let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
+    reflector.synced_to(ResourceVersion(4));
+    let run = tokio::spawn(async move {
+        let next = reflector.step(State::WatchList).await;
+        assert!(matches!(next, State::WatchList), "{next:?}");
+        let next = reflector.step(next).await;
+        assert!(
+            matches!(next, State::WatchList),
+            "a broken one too: {next:?}"
+        );
+        reflector.step(next).await
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "4");
+    let (tx, response) = streaming();
+    send.send_response(response);
+    tx.send(event("ADDED", &cm("a", 5))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(tx);
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (
+            query["sendInitialEvents"].as_str(),
+            query["resourceVersion"].as_str()
+        ),
+        ("true", "4"),
+        "the same watch-list again"
+    );
+    let frames = futures::stream::iter([
+        Ok(Frame::data(Bytes::from(event("ADDED", &cm("a", 5)) + "\n"))),
+        Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+    ]);
+    send.send_response(
+        Response::builder()
+            .status(200)
+            .body(BodyExt::boxed(StreamBody::new(frames)))
+            .unwrap(),
+    );
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["sendInitialEvents"], "true");
+    assert!(keys(&store).is_empty(), "nothing half-streamed was stored");
+    send.send_response(full(
+        200,
+        [event("ADDED", &cm("a", 5)), bookmark(6, true)].join("\n"),
+    ));
+    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+    assert_eq!(keys(&store), ["ns/a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_very_short_watch_list_falls_back_to_list() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
+    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(200, String::new()));
+    let next_state = run.await.unwrap();
+    assert!(matches!(next_state, State::List), "{next_state:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_is_very_short_only_if_it_ends_within_a_second_with_no_event() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    // One event, closed at once: not very short.
+    let state = watch_answered(&mut reflector, &mut handle, bookmark(11, false)).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    // No event, closed after exactly one second: not very short either.
+    let step = reflector.step(State::Watch(None));
+    let answer = async {
+        let (_, send) = next(&mut handle).await;
+        tokio::time::sleep(VERY_SHORT_WATCH).await;
+        send.send_response(full(200, String::new()));
+    };
+    let state = tokio::join!(step, answer).0;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    // No event, closed just under a second: very short.
+    let step = reflector.step(State::Watch(None));
+    let answer = async {
+        let (_, send) = next(&mut handle).await;
+        tokio::time::sleep(VERY_SHORT_WATCH - Duration::from_millis(1)).await;
+        send.send_response(full(200, String::new()));
+    };
+    let state = tokio::join!(step, answer).0;
+    assert!(relists(&state), "{state:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_page_410_relists_at_once_at_rv_empty_without_an_unpaged_list() {
+    let (mut reflector, store, mut handle) = setup(ReflectorConfig {
+        page_size: Some(100),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(40));
+    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["resourceVersion"].as_str(), query["limit"].as_str()),
+        ("40", "100")
+    );
+    send.send_response(full(
+        410,
+        status(410, "Expired", "too old resource version"),
+    ));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["resourceVersion"].as_str(), query["limit"].as_str()),
+        ("", "100"),
+        "straight to a consistent read, still paged"
+    );
+    send.send_response(full(200, list(60, &[cm("a", 55)], "")));
+    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    assert_eq!(keys(&store), ["ns/a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paginated_answer_to_rv_empty_does_not_turn_paging_on_for_later_relists() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(40));
+    let run = tokio::spawn(async move {
+        reflector.step(State::List).await;
+        reflector.step(State::List).await;
+        reflector
+    });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(410, status(410, "Expired", "too old")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "");
+    send.send_response(full(200, list(50, &[cm("a", 45)], "token-1")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["continue"], "token-1");
+    send.send_response(full(200, list(50, &[cm("b", 46)], "")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "50");
+    assert_eq!(
+        query.get("limit"),
+        None,
+        "etcd paged the RV \"\" list; the watch cache may still serve this one"
+    );
+    send.send_response(full(200, list(51, &[], "")));
+    assert!(!run.await.unwrap().paginated_result);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move {
+        reflector.step(State::List).await;
+        reflector
+    });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(200, list(10, &[cm("a", 5)], "token-1")));
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(410, status(410, "Expired", "continue too old")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query.get("limit"), query["resourceVersion"].as_str()),
+        (None, "0")
+    );
+    send.send_response(full(200, list(11, &[cm("a", 5)], "")));
+    let reflector = run.await.unwrap();
+    assert!(reflector.paginated_result);
+    assert_eq!(reflector.status.lock().last_list_requests, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_slower_than_ten_seconds_is_logged_with_its_steps() {
+    let (logs, _guard) = Logs::capture();
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    for (delay, slow) in [(Duration::from_secs(9), 0), (Duration::from_secs(11), 1)] {
+        let step = reflector.step(State::List);
+        let answer = async {
+            let (_, send) = next(&mut handle).await;
+            tokio::time::sleep(delay).await;
+            send.send_response(full(200, list(10, &[cm("a", 5)], "")));
+        };
+        tokio::join!(step, answer);
+        assert_eq!(reflector.status.lock().slow_syncs, slow, "after {delay:?}");
+    }
+    let traces: Vec<String> = logs
+        .at(tracing::Level::INFO)
+        .into_iter()
+        .filter(|l| l.contains("slow sync"))
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert!(
+        traces[0].contains(r#"1 objects listed from RV \"10\" (11s); store replaced"#),
+        "{}",
+        traces[0]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_watch_list_is_logged_with_its_steps() {
+    let (logs, _guard) = Logs::capture();
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
+    let step = reflector.step(State::WatchList);
+    let answer = async {
+        let (_, send) = next(&mut handle).await;
+        let (tx, response) = streaming();
+        send.send_response(response);
+        tx.send(event("ADDED", &cm("a", 5))).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        tx.send(bookmark(6, true)).await.unwrap();
+        tx
+    };
+    let (state, _tx) = tokio::join!(step, answer);
+    assert!(matches!(state, State::Watch(Some(_))), "{state:?}");
+    assert_eq!(reflector.status.lock().slow_syncs, 1);
+    let info = logs.at(tracing::Level::INFO);
+    assert!(
+        info.iter()
+            .any(|l| l.contains("slow sync") && l.contains("1 objects streamed")),
+        "{info:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_routine_410_is_not_logged_as_a_warning_but_a_very_short_watch_is() {
+    let (logs, _guard) = Logs::capture();
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    reflector.synced_to(ResourceVersion(10));
+    let gone = event(
+        "ERROR",
+        &status(410, "Expired", "too old resource version: 10 (20)"),
+    );
+    let state = watch_answered(&mut reflector, &mut handle, gone).await;
+    assert!(relists(&state), "{state:?}");
+    assert_eq!(logs.at(tracing::Level::WARN), Vec::<String>::new());
+    assert!(
+        logs.at(tracing::Level::DEBUG)
+            .iter()
+            .any(|l| l.contains("backing off") && l.contains("410")),
+        "{:?}",
+        logs.at(tracing::Level::DEBUG)
+    );
+    let state = watch_answered(&mut reflector, &mut handle, String::new()).await;
+    assert!(relists(&state), "{state:?}");
+    let warnings = logs.at(tracing::Level::WARN);
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("very short watch"),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_internal_error_window_includes_its_end_and_a_minute_of_quiet_exactly() {
+    let (mut reflector, _, mut handle) = setup(ReflectorConfig {
+        max_internal_error_retry: Duration::from_secs(30),
+        ..list_watch()
+    });
+    reflector.synced_to(ResourceVersion(10));
+    for wait in [0, 30] {
+        // At the start of the run, and exactly at its end: retried.
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+        let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+        assert!(matches!(state, State::Watch(None)), "{wait} s: {state:?}");
+    }
+    // Exactly a minute after the last error, a new run starts at once.
+    tokio::time::sleep(retry::QUIET_RESET).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    // 31 s into that run: past the window.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    assert!(relists(&state), "{state:?}");
 }

@@ -2,7 +2,7 @@
 //! loopback, creates a few ConfigMaps, runs the `kube-fanout` binary against
 //! them, and prints a subscriber's live stream while a writer changes things.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -10,9 +10,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_fanout_client::{Client, proto::EventType};
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, free_port},
+    controlplane::{ControlPlane, free_port, tied_command},
     support::{create_configmap, create_namespace, decode, watch_list},
 };
+use tokio::signal::unix::{SignalKind, signal};
 
 /// Show kube-fanout working against a real local control plane.
 #[derive(Parser)]
@@ -44,7 +45,8 @@ async fn main() -> Result<()> {
 
     let addr = format!("127.0.0.1:{}", free_port()?);
     let metrics = format!("127.0.0.1:{}", free_port()?);
-    let mut server = tokio::process::Command::new(&args.kube_fanout)
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut server = tied_command(&args.kube_fanout)
         .args(["--kubeconfig", &cp.kubeconfig.display().to_string()])
         .args([
             "--resource",
@@ -54,8 +56,6 @@ async fn main() -> Result<()> {
         ])
         .args(["--listen", &addr])
         .args(["--metrics-listen", &metrics])
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", args.kube_fanout.display()))?;
     let mut client = connect(&format!("http://{addr}")).await?;
@@ -86,6 +86,7 @@ async fn main() -> Result<()> {
                 anyhow::bail!("kube-fanout exited: {:?}", done?);
             }
             _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
             finished = &mut writer => {
                 finished??;
                 // Let the last events arrive before stopping.
