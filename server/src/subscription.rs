@@ -5,6 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::Stream;
+use kube_fanout_proto::INITIAL_EVENTS_END;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -13,10 +14,6 @@ use crate::{
     object::{Object, ObjectError, ResourceVersion},
     store::{Event, EventKind, Head, ReadError, Store},
 };
-
-/// The annotation on the bookmark that ends the initial events, as the API
-/// server's watch-list sets it.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// How many ring entries a subscriber copies out per lock.
 const BATCH: usize = 256;
