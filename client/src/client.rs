@@ -5,6 +5,7 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use kube::{Resource, core::ObjectList};
+use kube_fanout_proto::GroupVersionResource;
 use serde::de::DeserializeOwned;
 use tonic::{
     Request, Status, Streaming,
@@ -267,22 +268,10 @@ impl Client {
     }
 }
 
-/// Parses `v1/configmaps` or `apps/v1/deployments`.
+/// Parses `v1/configmaps` or `apps/v1/deployments`, exactly as the server
+/// parses its `--resource` flags.
 pub fn resource(name: &str) -> Result<ResourceRef, ClientError> {
-    let parts: Vec<&str> = name.split('/').collect();
-    let (group, version, resource) = match parts.as_slice() {
-        [v, r] => ("", *v, *r),
-        [g, v, r] if !g.is_empty() => (*g, *v, *r),
-        _ => return Err(ClientError::Resource(name.to_owned())),
-    };
-    if version.is_empty() || resource.is_empty() {
-        return Err(ClientError::Resource(name.to_owned()));
-    }
-    Ok(ResourceRef {
-        group: group.to_owned(),
-        version: version.to_owned(),
-        resource: resource.to_owned(),
-    })
+    Ok(name.parse::<GroupVersionResource>()?.into())
 }
 
 /// One resource type served by kube-fanout, in all namespaces or in one,

@@ -41,8 +41,8 @@ pub enum ClientError {
     },
     /// A resource type not of the form VERSION/RESOURCE or
     /// GROUP/VERSION/RESOURCE.
-    #[error("resource {0:?} is not of the form VERSION/RESOURCE or GROUP/VERSION/RESOURCE")]
-    Resource(String),
+    #[error(transparent)]
+    Resource(#[from] kube_fanout_proto::ResourceSyntaxError),
     /// The server answered with an error status.
     #[error("kube-fanout answered {}: {}", .0.code(), .0.message())]
     Status(#[from] Status),

@@ -31,6 +31,7 @@ pub mod watcher;
 
 pub use client::{Api, BearerToken, Client, ClientConfig, GrpcClient, resource};
 pub use error::ClientError;
+pub use kube_fanout_proto::GroupVersionResource;
 pub use kube_fanout_proto::v1 as proto;
 pub use store::{LocalStore, reflect};
 pub use tonic::transport::{Certificate, ClientTlsConfig};

@@ -6,30 +6,68 @@
 //! It starts with a snapshot (`Init`, `InitApply` for each object,
 //! `InitDone`), then yields `Apply` and `Delete`. When the stream breaks
 //! (the server restarts, a replica goes away, the subscriber lags and gets
-//! `RESOURCE_EXHAUSTED`) it resumes after the last resourceVersion it saw,
-//! event or bookmark, pacing attempts with kube-runtime's default backoff
-//! (0.8 s doubling to 30 s, jittered, reset after 2 minutes without
-//! failure): the caller sees no gap and no duplicate. When the server no
-//! longer holds that resourceVersion (`Expired`) it takes a new snapshot,
-//! announced by `Init` exactly as a kube-runtime relist is.
+//! `RESOURCE_EXHAUSTED`) it resumes from its resume point, pacing attempts
+//! with kube-runtime's default backoff (0.8 s doubling to 30 s, jittered,
+//! reset after 2 minutes without failure): the caller sees no gap and no
+//! duplicate. When the server no longer holds that resourceVersion
+//! (`Expired`) it takes a new snapshot, announced by `Init` exactly as a
+//! kube-runtime relist is.
+//!
+//! # Resume points
+//!
+//! The resume point is the resourceVersion of the last finished unit (see
+//! the Watch comment in `fanout.proto`): a live event, a bookmark, the
+//! bookmark that ends a snapshot or the one that closes a re-sync unit. It
+//! never moves inside a snapshot or a re-sync unit, so a hang-up inside one
+//! resumes from the point before it and the server sends the unit again
+//! whole; what was received of the broken unit is dropped, never yielded.
+//!
+//! # Re-sync units
+//!
+//! After the API server lost history, kube-fanout sends the difference to
+//! its new state as events with `resync=true`, all at one resourceVersion
+//! L, closed by a bookmark with `resync=true` at L. The states between
+//! those events never existed upstream, so they must reach the caller as
+//! one change. kube-runtime's [`Event`] can say "replace everything at
+//! once" only as `Init`, `InitApply`..., `InitDone` (a reflector store
+//! swaps in the new contents at `InitDone`, a `Controller` reconciles each
+//! `InitApply`d object, exactly as after a kube-runtime relist). So the
+//! watcher keeps the objects it has delivered (namespace/name → the latest
+//! object, which is what matches its selectors: the server filters) and
+//! buffers the unit's changes; at the closing bookmark it applies them to
+//! that copy and yields the whole new state as `Init`, `InitApply` for
+//! every object, `InitDone`.
+//!
+//! Why not the alternatives: yielding the unit's changes as `Apply`s and
+//! `Delete`s would show every intermediate state to the store and the
+//! Controller; taking a new snapshot over the network instead would make
+//! every subscriber of a resource type re-snapshot at the same moment after
+//! each upstream relist, the load kube-fanout exists to spare, where the
+//! contract promises connected subscribers converge without one. The price
+//! is one more copy of the watched objects in the client (a reflector
+//! store holds its own), and a unit costs as many `InitApply`s as there are
+//! objects, like a relist. A unit that changes nothing (only its closing
+//! bookmark) yields nothing.
 
-use std::{future::Future, time::Duration};
+use std::{collections::BTreeMap, future::Future, time::Duration};
 
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::Resource;
+use kube_fanout_proto::GroupVersionResource;
 use kube_runtime::watcher::{self, DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
 use tonic::{Code, Status};
 use tracing::{info, warn};
+
+// Re-exported: callers reading raw streams need them, and the proto crate
+// is not theirs to depend on.
+pub use kube_fanout_proto::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 
 use crate::{
     client::{Api, Client, decode},
     error::{ClientError, reason},
     proto::{EventType, WatchEvent, WatchRequest},
 };
-
-/// The annotation on the bookmark that ends the initial events.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// Why a watch yielded an error. The stream goes on after each: it retries
 /// with backoff, as a kube-runtime watcher with `default_backoff` does.
@@ -83,7 +121,7 @@ pub fn watch<K>(
     config: watcher::Config,
 ) -> impl Stream<Item = Result<Event<K>, WatchError>> + Send + 'static
 where
-    K: Resource + DeserializeOwned + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + Send + 'static,
 {
     let request = WatchRequest {
         resource: Some(api.resource.clone()),
@@ -118,7 +156,7 @@ pub fn watcher<K>(
     config: watcher::Config,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
 where
-    K: Resource + DeserializeOwned + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + Send + 'static,
 {
     watch(api, config).map(|r| r.map_err(watcher::Error::from))
 }
@@ -150,18 +188,23 @@ fn next_after(status: &Status) -> Next {
     }
 }
 
-/// Whether `event` is the bookmark that ends a snapshot (annotated
-/// [`INITIAL_EVENTS_END`]).
-pub fn ends_initial_events(event: &WatchEvent) -> bool {
-    event.r#type() == EventType::Bookmark
-        && serde_json::from_str::<serde_json::Value>(&event.object)
-            .ok()
-            .and_then(|o| {
-                o["metadata"]["annotations"][INITIAL_EVENTS_END]
-                    .as_str()
-                    .map(|v| v == "true")
-            })
-            .unwrap_or(false)
+/// How the watcher keys the objects it delivered: namespace (empty for
+/// cluster-scoped objects) and name.
+type Key = (String, String);
+
+fn key<K: Resource>(object: &K) -> Key {
+    let meta = object.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A re-sync unit being received: its resourceVersion and the changes so
+/// far, each an object and whether it was deleted.
+struct Unit<K> {
+    resource_version: String,
+    changes: Vec<(K, bool)>,
 }
 
 /// The watch loop over any [`Source`].
@@ -170,19 +213,22 @@ fn run<K, S>(
     request: WatchRequest,
 ) -> impl Stream<Item = Result<Event<K>, WatchError>> + Send + 'static
 where
-    K: DeserializeOwned + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + Send + 'static,
     S: Source,
 {
     let mut backoff = DefaultBackoff::default();
     let resource = request
         .resource
-        .as_ref()
-        .map(|r| format!("{}/{}/{}", r.group, r.version, r.resource))
+        .clone()
+        .map(|r| GroupVersionResource::from(r).to_string())
         .unwrap_or_default();
     async_stream::stream! {
-        // The RV to resume after; None until a snapshot has completed, and
-        // again after Expired.
+        // The resume point: the RV of the last finished unit; None until a
+        // snapshot has completed, and again after Expired.
         let mut resume: Option<String> = None;
+        // What the caller holds as of the last finished unit: every object
+        // yielded and not deleted since. A re-sync unit is applied to it.
+        let mut held: BTreeMap<Key, K> = BTreeMap::new();
         loop {
             let snapshot = resume.is_none();
             let opened = source
@@ -196,7 +242,11 @@ where
                 Err(status) => status,
                 Ok(mut events) => {
                     let mut in_snapshot = snapshot;
+                    // The re-sync unit being received, dropped with the
+                    // stream if it breaks before the unit is finished.
+                    let mut unit: Option<Unit<K>> = None;
                     if snapshot {
+                        held.clear();
                         yield Ok(Event::Init);
                     }
                     loop {
@@ -206,26 +256,84 @@ where
                             None => break Status::unavailable("the server ended the watch"),
                         };
                         let kind = event.r#type();
-                        if kind == EventType::Bookmark {
-                            if in_snapshot && ends_initial_events(&event) {
+                        if in_snapshot {
+                            if ends_initial_events(&event) {
                                 in_snapshot = false;
+                                resume = Some(event.resource_version);
                                 yield Ok(Event::InitDone);
+                            } else if kind != EventType::Bookmark {
+                                match decode::<K>(&event.object) {
+                                    Err(err) => yield Err(WatchError::Decode(err)),
+                                    Ok(object) => {
+                                        held.insert(key(&object), object.clone());
+                                        yield Ok(Event::InitApply(object));
+                                    }
+                                }
                             }
-                        } else {
+                            continue;
+                        }
+                        if let Some(open) = &unit
+                            && (!event.resync || event.resource_version != open.resource_version)
+                        {
+                            // Applying it would mix the unit with what is
+                            // not part of it; resuming gets the unit again.
+                            break Status::internal(format!(
+                                "the server broke a re-sync unit at resourceVersion {} with a {} event at {} (resync={})",
+                                open.resource_version,
+                                kind.as_str_name(),
+                                event.resource_version,
+                                event.resync,
+                            ));
+                        }
+                        if ends_resync(&event) {
+                            resume = Some(event.resource_version);
+                            let changes = unit.take().map(|u| u.changes).unwrap_or_default();
+                            if changes.is_empty() {
+                                continue;
+                            }
+                            for (object, deleted) in changes {
+                                if deleted {
+                                    held.remove(&key(&object));
+                                } else {
+                                    held.insert(key(&object), object);
+                                }
+                            }
+                            // Copied out first: a borrow of `held` held
+                            // across a yield would need K: Sync.
+                            let state: Vec<K> = held.values().cloned().collect();
+                            yield Ok(Event::Init);
+                            for object in state {
+                                yield Ok(Event::InitApply(object));
+                            }
+                            yield Ok(Event::InitDone);
+                            continue;
+                        }
+                        if event.resync {
+                            let open = unit.get_or_insert_with(|| Unit {
+                                resource_version: event.resource_version.clone(),
+                                changes: Vec::new(),
+                            });
                             match decode::<K>(&event.object) {
                                 Err(err) => yield Err(WatchError::Decode(err)),
-                                Ok(object) => yield Ok(match kind {
-                                    EventType::Deleted => Event::Delete(object),
-                                    _ if in_snapshot => Event::InitApply(object),
-                                    _ => Event::Apply(object),
-                                }),
+                                Ok(object) => open.changes.push((object, kind == EventType::Deleted)),
+                            }
+                            continue;
+                        }
+                        // A live event or a bookmark: a unit of its own.
+                        if kind != EventType::Bookmark {
+                            match decode::<K>(&event.object) {
+                                Err(err) => yield Err(WatchError::Decode(err)),
+                                Ok(object) if kind == EventType::Deleted => {
+                                    held.remove(&key(&object));
+                                    yield Ok(Event::Delete(object));
+                                }
+                                Ok(object) => {
+                                    held.insert(key(&object), object.clone());
+                                    yield Ok(Event::Apply(object));
+                                }
                             }
                         }
-                        // Inside a snapshot the objects' RVs are not stream
-                        // positions; only the closing bookmark is.
-                        if !in_snapshot {
-                            resume = Some(event.resource_version);
-                        }
+                        resume = Some(event.resource_version);
                     }
                 }
             };

@@ -1,8 +1,16 @@
-//! kube-fanout's gRPC API (`kubefanout.v1`), generated from `proto/`.
+//! kube-fanout's gRPC API (`kubefanout.v1`), generated from `proto/`, and
+//! what its server and client must agree on beyond the messages: how a
+//! resource type is named ([`GroupVersionResource`]) and how a Watch stream
+//! marks the end of a unit ([`ends_initial_events`], [`ends_resync`]).
 
-#![allow(missing_docs, clippy::all)]
+mod resource;
+mod unit;
+
+pub use resource::{GroupVersionResource, ResourceSyntaxError};
+pub use unit::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 
 /// Package `kubefanout.v1`.
+#[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("kubefanout.v1");
     // The server, generated apart so that Watch writes pre-encoded events
@@ -18,6 +26,7 @@ pub mod v1 {
 /// How the generated server writes its responses: prost messages are
 /// encoded as usual, and a Watch event arrives already encoded, so the
 /// bytes one encode made go to every subscriber.
+#[allow(missing_docs, clippy::all)]
 pub mod wire {
     use std::marker::PhantomData;
 

@@ -34,6 +34,7 @@
 use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
 use futures::StreamExt;
+use kube_fanout_proto::INITIAL_EVENTS_END;
 use parking_lot::Mutex;
 use rand::Rng;
 use serde::Deserialize;
@@ -47,7 +48,6 @@ use crate::{
     backoff::{Backoff, BackoffConfig},
     object::{Object, ObjectError, ResourceVersion, Transform, TypeMeta},
     store::{EventKind, Store},
-    subscription::INITIAL_EVENTS_END,
     upstream::{Lines, Upstream, UpstreamError},
 };
 

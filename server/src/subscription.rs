@@ -20,6 +20,7 @@
 use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
 use futures::Stream;
+use kube_fanout_proto::INITIAL_EVENTS_END;
 use tokio::{
     sync::watch,
     time::{Instant, Sleep},
@@ -31,10 +32,6 @@ use crate::{
     object::{Object, ObjectError, ResourceVersion},
     store::{Event, EventKind, Head, ReadError, Snapshot, Store},
 };
-
-/// The annotation on the bookmark that ends the initial events, as the API
-/// server's watch-list sets it.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// How many ring entries a subscriber copies out per lock.
 const BATCH: usize = 256;

@@ -250,9 +250,15 @@ async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<
                 .unwrap(),
         );
     }
-    assert_eq!(cells(&table.join("\n"))[0], ["EVENT", "RV", "NAME"]);
+    assert_eq!(
+        cells(&table.join("\n"))[0],
+        ["EVENT", "RV", "RESYNC", "NAME"]
+    );
     let row = &cells(&table[1])[0];
-    assert_eq!((row[0].as_str(), row[2].as_str()), ("ADDED", "cli/alpha"));
+    assert_eq!(
+        (row[0].as_str(), row[2].as_str(), row[3].as_str()),
+        ("ADDED", "-", "cli/alpha")
+    );
     watch.kill().await?;
 
     // Errors a person understands, with distinct exit codes.

@@ -166,12 +166,23 @@ fn request() -> WatchRequest {
     }
 }
 
-/// The first `n` items the watch yields against `script`.
+/// The first `n` items the watch yields against `script`. Fails, instead
+/// of hanging, when it yields fewer: paused time jumps to the deadline once
+/// the watch waits on nothing but a silent stream.
 async fn first(script: &Script, n: usize) -> Vec<Result<Event<ConfigMap>, WatchError>> {
-    run::<ConfigMap, _>(script.clone(), request())
-        .take(n)
-        .collect()
-        .await
+    let mut got = Vec::new();
+    let mut watch = std::pin::pin!(run::<ConfigMap, _>(script.clone(), request()));
+    while got.len() < n {
+        match tokio::time::timeout(Duration::from_secs(3600), watch.next()).await {
+            Ok(Some(item)) => got.push(item),
+            _ => panic!(
+                "the watch yielded {} items, not {n}: {:?}",
+                got.len(),
+                got.iter().map(show).collect::<Vec<_>>()
+            ),
+        }
+    }
+    got
 }
 
 #[tokio::test(start_paused = true)]
@@ -408,4 +419,275 @@ async fn an_undecodable_object_is_reported_and_skipped() {
         seen[2]
     );
     assert_eq!(show(&seen[3]), "Apply a@7");
+}
+
+fn resync(kind: EventType, name: &str, rv: u64) -> Step {
+    let Step::Send(mut event) = event(kind, name, rv) else {
+        unreachable!("event() sends")
+    };
+    event.resync = true;
+    Step::Send(event)
+}
+
+/// The bookmark that closes a re-sync unit at `rv`.
+fn resync_end(rv: u64) -> Step {
+    let Step::Send(mut event) = bookmark(rv, false) else {
+        unreachable!("bookmark() sends")
+    };
+    event.resync = true;
+    Step::Send(event)
+}
+
+/// A store's contents, as sorted `name@rv`s.
+fn state(writer: &Writer<ConfigMap>) -> Vec<String> {
+    let mut names: Vec<String> = writer
+        .as_reader()
+        .state()
+        .iter()
+        .map(|cm| {
+            format!(
+                "{}@{}",
+                cm.metadata.name.as_deref().unwrap_or("?"),
+                cm.metadata.resource_version.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Feeds `events` to a kube-runtime reflector store and returns every
+/// distinct state a reader could observe, in order.
+fn observed_states(events: &[Result<Event<ConfigMap>, WatchError>]) -> Vec<Vec<String>> {
+    let mut writer = Writer::<ConfigMap>::default();
+    let mut seen = vec![state(&writer)];
+    for event in events.iter().flatten() {
+        writer.apply_watcher_event(event);
+        let now = state(&writer);
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+    }
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_unit_reaches_a_reflector_store_at_once() {
+    let script = Script::new(vec![Session::Stream(vec![
+        added("a", 3),
+        added("b", 4),
+        added("c", 5),
+        bookmark(6, true),
+        modified("a", 7),
+        resync(EventType::Modified, "b", 20),
+        resync(EventType::Deleted, "c", 20),
+        resync(EventType::Added, "d", 20),
+        resync_end(20),
+        modified("d", 21),
+    ])]);
+    let events = first(&script, 12).await;
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitApply c@5",
+            "InitDone",
+            "Apply a@7",
+            "Init",
+            "InitApply a@7",
+            "InitApply b@20",
+            "InitApply d@20",
+            "InitDone",
+            "Apply d@21",
+        ],
+        "the unit arrives as one replacement of the whole state"
+    );
+    assert_eq!(
+        observed_states(&events),
+        [
+            vec![],
+            vec!["a@3", "b@4", "c@5"],
+            vec!["a@7", "b@4", "c@5"],
+            vec!["a@7", "b@20", "d@20"],
+            vec!["a@7", "b@20", "d@21"],
+        ],
+        "a store never shows a state between the API server's states at 7 and 20"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hang_up_inside_a_unit_resumes_before_it_and_applies_it_once() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            added("b", 4),
+            bookmark(5, true),
+            modified("a", 6),
+            resync(EventType::Modified, "a", 20),
+            Step::Fail(Status::unavailable("replica gone")),
+        ]),
+        // The server sends the unit again, whole.
+        Session::Stream(vec![
+            resync(EventType::Modified, "a", 20),
+            resync(EventType::Deleted, "b", 20),
+            resync_end(20),
+            modified("a", 21),
+        ]),
+    ]);
+    let events = first(&script, 9).await;
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone",
+            "Apply a@6",
+            "Init",
+            "InitApply a@20",
+            "InitDone",
+            "Apply a@21",
+        ],
+        "nothing of the broken unit, the repeated unit once"
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("6".into(), false)],
+        "the RV seen inside the unit (20) is not a resume point"
+    );
+    assert_eq!(
+        observed_states(&events),
+        [
+            vec![],
+            vec!["a@3", "b@4"],
+            vec!["a@6", "b@4"],
+            vec!["a@20"],
+            vec!["a@21"],
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_resume_point_after_a_finished_unit_is_its_rv() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            // A unit that changes nothing for this subscriber: only its
+            // closing bookmark, which still moves the resume point.
+            resync_end(10),
+            Step::Fail(lagged()),
+        ]),
+        Session::Stream(vec![
+            resync(EventType::Added, "x", 20),
+            resync_end(20),
+            Step::Fail(lagged()),
+        ]),
+        Session::Stream(vec![modified("x", 21)]),
+    ]);
+    let seen: Vec<String> = first(&script, 8).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Init",
+            "InitApply a@3",
+            "InitApply x@20",
+            "InitDone",
+            "Apply x@21",
+        ],
+        "an empty unit yields nothing"
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("10".into(), false),
+            ("20".into(), false),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_resume_inside_a_unit_re_snapshots_and_later_units_apply_to_the_new_snapshot() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            added("b", 4),
+            bookmark(5, true),
+            resync(EventType::Deleted, "a", 20),
+            Step::Fail(lagged()),
+        ]),
+        // The resume point (5) lies inside this replica's re-sync gap.
+        Session::Refuse(Status::out_of_range(
+            "resourceVersion 5 is in a re-sync gap",
+        )),
+        Session::Stream(vec![
+            added("c", 18),
+            bookmark(20, true),
+            resync(EventType::Modified, "c", 30),
+            resync_end(30),
+        ]),
+    ]);
+    let events = first(&script, 10).await;
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone",
+            "Init",
+            "InitApply c@18",
+            "InitDone",
+            "Init",
+            "InitApply c@30",
+            "InitDone",
+        ],
+        "a and b, gone from the new snapshot, do not come back with the unit"
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("5".into(), false),
+            (String::new(), true),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_breaking_into_a_unit_drops_the_unit_and_resumes_before_it() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            resync(EventType::Modified, "a", 20),
+            modified("a", 21),
+        ]),
+        Session::Stream(vec![resync(EventType::Modified, "a", 20), resync_end(20)]),
+    ]);
+    let seen: Vec<String> = first(&script, 6).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Init",
+            "InitApply a@20",
+            "InitDone",
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("5".into(), false)]
+    );
 }

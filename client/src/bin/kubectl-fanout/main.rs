@@ -18,10 +18,10 @@ use clap::{Args, Parser, Subcommand};
 use futures::StreamExt;
 use kube_fanout_client::{
     Certificate, Client, ClientConfig, ClientError, ClientTlsConfig,
-    proto::{EventType, GetRequest, ResourceRef, ResourceStatus, WatchRequest},
-    watcher::INITIAL_EVENTS_END,
+    proto::{EventType, GetRequest, ResourceStatus, WatchRequest},
+    watcher::{ends_initial_events, ends_resync},
 };
-use output::{Format, Printer};
+use output::{Format, Printer, resource_path};
 use serde_json::Value;
 
 #[derive(Debug, Parser)]
@@ -269,11 +269,13 @@ async fn run(cli: Cli) -> Result<()> {
                 .with_namespace(namespace.is_empty() && served.namespaced);
             while let Some(event) = events.next().await {
                 let event = event.map_err(ClientError::from)?;
-                if event.r#type() == EventType::Bookmark {
+                // Bookmarks only move the RV, except the one that closes a
+                // re-sync unit: it says the changes before it apply together.
+                if event.r#type() == EventType::Bookmark && !ends_resync(&event) {
                     continue;
                 }
                 let object: Value = serde_json::from_str(&event.object)?;
-                printer.event(&mut out, event.r#type(), &event.resource_version, &object)?;
+                printer.event(&mut out, &event, &object)?;
                 out.flush()?;
             }
         }
@@ -292,14 +294,6 @@ impl Scope {
     }
 }
 
-fn path(r: &ResourceRef) -> String {
-    if r.group.is_empty() {
-        format!("{}/{}", r.version, r.resource)
-    } else {
-        format!("{}/{}/{}", r.group, r.version, r.resource)
-    }
-}
-
 /// Finds TYPE among the served types as kubectl would: by API path, plural
 /// resource name, `resource.group`, or kind, ignoring case.
 async fn resolve(client: &mut Client, asked: &str) -> Result<ResourceStatus> {
@@ -307,7 +301,7 @@ async fn resolve(client: &mut Client, asked: &str) -> Result<ResourceStatus> {
     let wanted = asked.to_ascii_lowercase();
     let found = served.iter().find(|s| {
         let r = s.resource.clone().unwrap_or_default();
-        wanted == path(&r)
+        wanted == resource_path(s)
             || wanted == r.resource
             || wanted == format!("{}.{}", r.resource, r.group)
             || wanted == s.kind.to_ascii_lowercase()
@@ -317,7 +311,7 @@ async fn resolve(client: &mut Client, asked: &str) -> Result<ResourceStatus> {
             asked: asked.to_owned(),
             served: served
                 .iter()
-                .map(|s| path(&s.resource.clone().unwrap_or_default()))
+                .map(resource_path)
                 .collect::<Vec<_>>()
                 .join(", "),
         }
@@ -342,9 +336,8 @@ async fn list(
     let mut reported = started;
     while let Some(event) = events.next().await {
         let event = event.map_err(ClientError::from)?;
-        let object: Value = serde_json::from_str(&event.object)?;
         if event.r#type() == EventType::Bookmark {
-            if object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true" {
+            if ends_initial_events(&event) {
                 if reported != started {
                     eprintln!(
                         "{what}: {} objects in {:.1?}",
@@ -356,7 +349,7 @@ async fn list(
             }
             continue;
         }
-        objects.push(object);
+        objects.push(serde_json::from_str(&event.object)?);
         if reported.elapsed() >= PROGRESS_EVERY {
             reported = Instant::now();
             eprintln!("{what}: {} objects so far...", objects.len());

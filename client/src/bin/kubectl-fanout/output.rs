@@ -4,7 +4,10 @@ use std::io::Write;
 
 use anyhow::Result;
 use k8s_openapi::jiff::Timestamp;
-use kube_fanout_client::proto::{EventType, ResourceStatus, SyncState};
+use kube_fanout_client::{
+    GroupVersionResource,
+    proto::{EventType, ResourceStatus, SyncState, WatchEvent},
+};
 use serde_json::{Value, json};
 
 /// An output format.
@@ -115,31 +118,38 @@ impl Printer {
     }
 
     /// One watch event; in a table each is a row, the header printed once.
+    /// Events of a re-sync unit are marked (`"resync": true`, or `yes` in
+    /// the RESYNC column), and so is the bookmark that closes the unit,
+    /// the only bookmark printed.
     pub fn event(
         &mut self,
         out: &mut impl Write,
-        kind: EventType,
-        resource_version: &str,
+        event: &WatchEvent,
         object: &Value,
     ) -> Result<()> {
-        let kind = kind.as_str_name();
+        let kind = event.r#type().as_str_name();
+        let mut doc = json!({"type": kind, "object": object});
+        if event.resync {
+            doc["resync"] = json!(true);
+        }
         match self.format {
-            Format::Json => writeln!(out, "{}", json!({"type": kind, "object": object}))?,
-            Format::Yaml => write!(
-                out,
-                "---\n{}",
-                serde_yaml::to_string(&json!({"type": kind, "object": object}))?
-            )?,
+            Format::Json => writeln!(out, "{doc}")?,
+            Format::Yaml => write!(out, "---\n{}", serde_yaml::to_string(&doc)?)?,
             Format::Table => {
                 // Rows stream, so columns cannot be measured: fixed widths.
                 if !self.header_done {
                     self.header_done = true;
-                    writeln!(out, "{:<10} {:<12} NAME", "EVENT", "RV")?;
+                    writeln!(out, "{:<10} {:<12} {:<6} NAME", "EVENT", "RV", "RESYNC")?;
                 }
+                let (resync, name) = match (event.resync, event.r#type()) {
+                    (true, EventType::Bookmark) => ("end", "(re-sync unit complete)".to_owned()),
+                    (true, _) => ("yes", qualified_name(object)),
+                    (false, _) => ("-", qualified_name(object)),
+                };
                 writeln!(
                     out,
-                    "{kind:<10} {resource_version:<12} {}",
-                    qualified_name(object)
+                    "{kind:<10} {:<12} {resync:<6} {name}",
+                    event.resource_version
                 )?;
             }
         }
@@ -184,13 +194,9 @@ fn qualified_name(object: &Value) -> String {
     }
 }
 
-fn resource_path(r: &ResourceStatus) -> String {
-    let gvr = r.resource.clone().unwrap_or_default();
-    if gvr.group.is_empty() {
-        format!("{}/{}", gvr.version, gvr.resource)
-    } else {
-        format!("{}/{}/{}", gvr.group, gvr.version, gvr.resource)
-    }
+/// The served type's API path, `v1/configmaps` or `apps/v1/deployments`.
+pub fn resource_path(r: &ResourceStatus) -> String {
+    GroupVersionResource::from(r.resource.clone().unwrap_or_default()).to_string()
 }
 
 fn sync_state(r: &ResourceStatus) -> &'static str {
@@ -268,6 +274,48 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "NAME          AGE\na-long-name   5s\nb             12d\n"
         );
+    }
+
+    #[test]
+    fn re_sync_events_and_the_bookmark_closing_their_unit_are_marked() {
+        let event = |kind: EventType, resync: bool| WatchEvent {
+            r#type: kind.into(),
+            resource_version: "20".into(),
+            resync,
+            ..WatchEvent::default()
+        };
+        let cm = json!({"metadata": {"name": "a", "namespace": "ns"}});
+        let mut out = Vec::new();
+        let mut table = Printer::new(Format::Table);
+        table
+            .event(&mut out, &event(EventType::Modified, false), &cm)
+            .unwrap();
+        table
+            .event(&mut out, &event(EventType::Deleted, true), &cm)
+            .unwrap();
+        table
+            .event(&mut out, &event(EventType::Bookmark, true), &json!({}))
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "EVENT      RV           RESYNC NAME\n\
+             MODIFIED   20           -      ns/a\n\
+             DELETED    20           yes    ns/a\n\
+             BOOKMARK   20           end    (re-sync unit complete)\n"
+        );
+        let mut out = Vec::new();
+        let mut json = Printer::new(Format::Json);
+        json.event(&mut out, &event(EventType::Deleted, true), &cm)
+            .unwrap();
+        json.event(&mut out, &event(EventType::Added, false), &cm)
+            .unwrap();
+        let docs: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(docs[0]["resync"], true);
+        assert_eq!(docs[1].get("resync"), None, "live events stay as they were");
     }
 
     #[test]
