@@ -194,7 +194,7 @@ impl ControlPlane {
             &args,
             &self.dir.path().join("kube-apiserver-extra.log"),
         )?);
-        let kubeconfig = self.dir.path().join("kubeconfig-extra");
+        let kubeconfig = self.extra_kubeconfig();
         let yaml = std::fs::read_to_string(&self.kubeconfig)?
             .replace(&self.server_url, &format!("https://127.0.0.1:{port}"));
         std::fs::write(&kubeconfig, yaml)?;
@@ -203,6 +203,12 @@ impl ControlPlane {
             .await
             .with_context(|| self.log_tail("kube-apiserver-extra"))?;
         Ok(client)
+    }
+
+    /// The kubeconfig of the second kube-apiserver (see
+    /// [`ControlPlane::start_extra_apiserver`]).
+    pub fn extra_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig-extra")
     }
 
     /// The temporary directory holding data, credentials and logs.
@@ -258,7 +264,7 @@ impl Drop for ControlPlane {
 /// Starts `program`, killed when the handle drops (a panicking test
 /// included) and, through a watcher beside it, when the test process dies
 /// without dropping it (killed, or aborted by a timeout).
-fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
+pub fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
     let log = std::fs::File::create(log)?;
     Command::new("bash")
         .arg("-c")
