@@ -152,6 +152,8 @@ struct Checker<'a> {
     filter: &'a Filter,
     filter_text: String,
     subscriber: usize,
+    /// Whether it asked for bookmarks.
+    bookmarks: bool,
     /// What the subscriber holds, after its last finished unit.
     held: HashMap<Key, Arc<Obj>>,
     /// The truth's filtered state at `at`.
@@ -184,6 +186,7 @@ pub fn check(truth: &TruthLog, life: &Life) -> (Vec<Violation>, Figures) {
         filter: &life.filter,
         filter_text: life.filter.to_string(),
         subscriber: life.id,
+        bookmarks: life.bookmarks,
         held: HashMap::new(),
         expected: HashMap::new(),
         diff: BTreeSet::new(),
@@ -486,6 +489,13 @@ impl Checker<'_> {
             return Phase::Live;
         };
         if d.kind == EventType::Bookmark {
+            if !self.bookmarks {
+                self.violation(
+                    Guarantee::Protocol,
+                    what.to_owned(),
+                    "a bookmark to a subscriber that did not ask for bookmarks".into(),
+                );
+            }
             if d.rv < self.last_rv {
                 self.violation(
                     Guarantee::Ordered,
@@ -789,4 +799,298 @@ fn summary(event: &WatchEvent) -> String {
         name,
         event.resource_version
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::{model::Requirement, truth::Change};
+
+    /// A truth: `initial` at RV 10, then `changes` as (rv, name, app label
+    /// or None for a deletion).
+    fn truth(initial: &[(&str, u64, &str)], changes: &[(u64, &str, Option<&str>)]) -> TruthLog {
+        let obj = |rv, app: &str| {
+            Arc::new(Obj {
+                rv,
+                labels: [("app".to_owned(), app.to_owned())].into(),
+                data: BTreeMap::new(),
+            })
+        };
+        TruthLog {
+            start_rv: 10,
+            initial: initial
+                .iter()
+                .map(|(name, rv, app)| (format!("ns/{name}").into(), obj(*rv, app)))
+                .collect(),
+            changes: changes
+                .iter()
+                .map(|(rv, name, app)| Change {
+                    rv: *rv,
+                    key: format!("ns/{name}").into(),
+                    object: app.map(|a| obj(*rv, a)),
+                })
+                .collect(),
+        }
+    }
+
+    fn event(kind: EventType, rv: u64, name: &str, object_rv: u64, app: &str) -> Entry {
+        Entry::Event(WatchEvent {
+            r#type: kind as i32,
+            resource_version: rv.to_string(),
+            object: serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"namespace": "ns", "name": name,
+                             "resourceVersion": object_rv.to_string(),
+                             "labels": {"app": app}},
+            })
+            .to_string(),
+            resync: false,
+        })
+    }
+
+    fn resync(mut entry: Entry) -> Entry {
+        if let Entry::Event(e) = &mut entry {
+            e.resync = true;
+        }
+        entry
+    }
+
+    fn bookmark(rv: u64, end: bool, resync: bool) -> Entry {
+        let annotations = if end {
+            serde_json::json!({"k8s.io/initial-events-end": "true"})
+        } else {
+            serde_json::json!({})
+        };
+        Entry::Event(WatchEvent {
+            r#type: EventType::Bookmark as i32,
+            resource_version: rv.to_string(),
+            object: serde_json::json!({"metadata": {"resourceVersion": rv.to_string(), "annotations": annotations}})
+                .to_string(),
+            resync,
+        })
+    }
+
+    fn connect(replica: usize, rv: &str, snapshot: bool) -> Entry {
+        Entry::Connect {
+            replica,
+            resource_version: rv.to_owned(),
+            snapshot,
+        }
+    }
+
+    fn cut_off(rv: u64) -> Entry {
+        Entry::End(Ending::Failed {
+            code: Code::ResourceExhausted,
+            reason: "SubscriberLagged".into(),
+            resource_version: Some(rv),
+            message: String::new(),
+        })
+    }
+
+    /// Checks `entries` for a subscriber selecting `app=a` (or everything).
+    fn run(truth: &TruthLog, selective: bool, entries: Vec<Entry>) -> Vec<(Guarantee, String)> {
+        let filter = Filter {
+            namespace: String::new(),
+            requirements: if selective {
+                vec![Requirement::Equals("app", "a")]
+            } else {
+                vec![]
+            },
+        };
+        let life = Life {
+            id: 1,
+            filter,
+            slow: false,
+            bookmarks: true,
+            entries,
+            gave_up: None,
+        };
+        check(truth, &life)
+            .0
+            .into_iter()
+            .map(|v| (v.guarantee, format!("{}: {}", v.event, v.detail)))
+            .collect()
+    }
+
+    use EventType::{Added, Deleted, Modified};
+
+    /// x at 5, then: y created at 11, x relabelled out of app=a at 12, y
+    /// deleted at 13, z created at 14.
+    fn history() -> TruthLog {
+        truth(
+            &[("x", 5, "a")],
+            &[
+                (11, "y", Some("a")),
+                (12, "x", Some("b")),
+                (13, "y", None),
+                (14, "z", Some("a")),
+            ],
+        )
+    }
+
+    #[test]
+    fn an_exact_life_with_snapshot_resumes_cut_offs_and_a_resync_unit_passes() {
+        let t = history();
+        let v = run(
+            &t,
+            true,
+            vec![
+                connect(0, "", true),
+                event(Added, 10, "x", 5, "a"),
+                bookmark(10, true, false),
+                event(Added, 11, "y", 11, "a"),
+                Entry::End(Ending::HungUp),
+                connect(1, "11", false),
+                // x leaves the selector: DELETED with its last state.
+                event(Deleted, 12, "x", 5, "a"),
+                cut_off(12),
+                connect(0, "12", false),
+                // A re-sync unit over (12, 14]: y's deletion and z's
+                // creation, at 14, applied together; first interrupted.
+                resync(event(Deleted, 14, "y", 11, "a")),
+                Entry::End(Ending::HungUp),
+                connect(0, "12", false),
+                resync(event(Deleted, 14, "y", 11, "a")),
+                resync(event(Added, 14, "z", 14, "a")),
+                bookmark(14, false, true),
+                bookmark(20, false, false),
+            ],
+        );
+        assert_eq!(v, []);
+    }
+
+    #[test]
+    fn a_resync_published_as_ordinary_events_is_caught() {
+        // What the server did before re-sync units: the difference as
+        // ordinary events at the objects' RVs, deletions at L.
+        let t = history();
+        let v = run(
+            &t,
+            true,
+            vec![
+                connect(0, "", true),
+                event(Added, 10, "x", 5, "a"),
+                bookmark(10, true, false),
+                event(Added, 14, "z", 14, "a"),
+                event(Deleted, 14, "x", 5, "a"),
+            ],
+        );
+        let kinds: Vec<Guarantee> = v.iter().map(|(g, _)| *g).collect();
+        assert!(kinds.contains(&Guarantee::Reliable), "{v:?}");
+        assert!(kinds.contains(&Guarantee::Unique), "{v:?}");
+    }
+
+    #[test]
+    fn every_guarantee_can_fail() {
+        let t = history();
+        let snapshot = || {
+            vec![
+                connect(0, "", true),
+                event(Added, 10, "x", 5, "a"),
+                bookmark(10, true, false),
+            ]
+        };
+        let with = |more: Vec<Entry>| {
+            let mut e = snapshot();
+            e.extend(more);
+            run(&t, true, e)
+        };
+        let first = |v: Vec<(Guarantee, String)>| v.first().map(|(g, _)| *g);
+
+        // Atomic: a snapshot missing an object.
+        assert_eq!(
+            first(run(
+                &t,
+                true,
+                vec![connect(0, "", true), bookmark(10, true, false)]
+            )),
+            Some(Guarantee::Atomic)
+        );
+        // Reliable: y's creation (11) missed before x's transition (12).
+        assert_eq!(
+            first(with(vec![event(Deleted, 12, "x", 5, "a")])),
+            Some(Guarantee::Reliable)
+        );
+        // Ordered: back to 11 after 12.
+        assert_eq!(
+            first(with(vec![
+                event(Added, 11, "y", 11, "a"),
+                event(Deleted, 12, "x", 5, "a"),
+                event(Added, 11, "y", 11, "a"),
+            ])),
+            Some(Guarantee::Ordered)
+        );
+        // Unique: the same change twice.
+        assert_eq!(
+            first(with(vec![
+                event(Added, 11, "y", 11, "a"),
+                event(Added, 11, "y", 11, "a"),
+            ])),
+            Some(Guarantee::Unique)
+        );
+        // Bookmarkable: a change at or below a bookmark's RV.
+        assert_eq!(
+            first(with(vec![
+                bookmark(11, false, false),
+                event(Added, 11, "y", 11, "a")
+            ])),
+            // The bookmark at 11 itself already skipped y's creation.
+            Some(Guarantee::Reliable)
+        );
+        assert_eq!(
+            first(with(vec![
+                event(Added, 11, "y", 11, "a"),
+                event(Deleted, 12, "x", 5, "a"),
+                bookmark(12, false, false),
+                event(Deleted, 12, "x", 5, "a"),
+            ])),
+            Some(Guarantee::Bookmarkable)
+        );
+        // Resumable: cut off at once, naming the same RV.
+        assert_eq!(
+            first(with(vec![
+                Entry::End(Ending::HungUp),
+                connect(0, "10", false),
+                cut_off(10),
+            ])),
+            Some(Guarantee::Resumable)
+        );
+        // A re-sync unit that leaves the subscriber unequal to the truth
+        // at its RV (z missing).
+        assert_eq!(
+            first(with(vec![
+                event(Added, 11, "y", 11, "a"),
+                event(Deleted, 12, "x", 5, "a"),
+                resync(event(Deleted, 14, "y", 11, "a")),
+                bookmark(14, false, true),
+            ])),
+            Some(Guarantee::Atomic)
+        );
+        // A re-sync unit repeating an object the subscriber already holds
+        // unchanged (a relist must compare semantically).
+        assert_eq!(
+            first(with(vec![
+                resync(event(Modified, 11, "x", 5, "a")),
+                bookmark(11, false, true),
+            ])),
+            Some(Guarantee::Unique)
+        );
+        // A unit's RV shared with an earlier change.
+        assert_eq!(
+            first(with(vec![
+                event(Added, 11, "y", 11, "a"),
+                resync(event(Deleted, 11, "x", 5, "a")),
+            ])),
+            Some(Guarantee::Unique)
+        );
+        // Resuming from a point inside an unfinished unit is a harness bug.
+        assert_eq!(
+            first(with(vec![
+                resync(event(Deleted, 14, "y", 11, "a")),
+                Entry::End(Ending::HungUp),
+                connect(0, "14", false),
+            ])),
+            Some(Guarantee::Protocol)
+        );
+    }
 }

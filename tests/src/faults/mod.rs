@@ -48,6 +48,8 @@ pub struct Plan {
     pub writers: usize,
     /// Changes the truth must have recorded before the churn ends.
     pub min_changes: usize,
+    /// And the churn lasts at least this long (from the first write).
+    pub min_churn: Duration,
     /// Times API server 1 is killed and restarted.
     pub apiserver_restarts: usize,
     /// Times a replica (A and B in turn) is killed and restarted.
@@ -77,6 +79,8 @@ pub struct Faults {
     pub replica_kills: usize,
     /// Relists of replica A after an API server restart (each a re-sync).
     pub relists: u64,
+    /// Changes made while API server 1 was down: the re-syncs' gaps.
+    pub gap_changes: usize,
     /// Subscribers that read slowly.
     pub slow_subscribers: usize,
 }
@@ -209,12 +213,26 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     let mut faults = Faults::default();
     let subscribers: Vec<_> = (0..plan.subscribers)
         .map(|i| {
-            let slow = rng.random_bool(plan.slow_share);
+            // The first share of them read slowly, whatever the seed.
+            let slow = (i as f64) < plan.slow_share * plan.subscribers as f64;
             faults.slow_subscribers += usize::from(slow);
+            let filter = Filter::random(&mut rng, &namespaces);
+            // Without bookmarks a subscriber's resume point moves only
+            // with its events, so only one that sees the final marker (a
+            // label-less ConfigMap in the first namespace) can go without.
+            let sees_marker = filter.matches(
+                &model::key(&namespaces[0], "final"),
+                &model::Obj {
+                    rv: 0,
+                    labels: Default::default(),
+                    data: Default::default(),
+                },
+            );
             let behaviour = Behaviour {
                 id: (plan.seed as usize) * 1000 + i,
-                filter: Filter::random(&mut rng, &namespaces),
+                filter,
                 slow,
+                bookmarks: !(sees_marker && rng.random_bool(0.5)),
                 max_connections: plan.max_connections,
                 hang_up_ms: plan.hang_up_ms,
             };
@@ -296,6 +314,7 @@ async fn inject_faults(
     faults: &mut Faults,
     deadline: Instant,
 ) -> Result<()> {
+    let churn_until = Instant::now() + plan.min_churn;
     let rounds = plan.apiserver_restarts.max(plan.replica_kills);
     let steps = plan.apiserver_restarts + plan.replica_kills;
     let spacing = plan.min_changes / (steps + 1);
@@ -335,5 +354,8 @@ async fn inject_faults(
             faults.replica_kills += 1;
         }
     }
-    truth.wait_changes(plan.min_changes, deadline).await
+    truth.wait_changes(plan.min_changes, deadline).await?;
+    // A bounded wait: the churn's planned length, not a condition.
+    tokio::time::sleep_until(churn_until.min(deadline)).await;
+    Ok(())
 }

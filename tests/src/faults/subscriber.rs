@@ -81,6 +81,8 @@ pub struct Life {
     pub filter: Filter,
     /// Whether it read slowly through small windows.
     pub slow: bool,
+    /// Whether it asked for bookmarks.
+    pub bookmarks: bool,
     /// Everything, in order.
     pub entries: Vec<Entry>,
     /// Why it stopped early, if it did.
@@ -96,6 +98,9 @@ pub struct Behaviour {
     pub filter: Filter,
     /// Read slowly through small HTTP/2 windows.
     pub slow: bool,
+    /// Ask for bookmarks (without them, only the snapshot's end and
+    /// re-sync units' closing bookmarks may come).
+    pub bookmarks: bool,
     /// At most this many Watch calls in its life.
     pub max_connections: usize,
     /// Hang up after a random time in this range (ms).
@@ -135,6 +140,7 @@ pub async fn run(
         id: behaviour.id,
         filter: behaviour.filter.clone(),
         slow: behaviour.slow,
+        bookmarks: behaviour.bookmarks,
         entries: Vec::new(),
         gave_up: None,
     };
@@ -219,7 +225,7 @@ async fn live(
             field_selector: String::new(),
             resource_version: resource_version.clone(),
             send_initial_events: snapshot,
-            allow_bookmarks: true,
+            allow_bookmarks: b.bookmarks,
         };
         life.entries.push(Entry::Connect {
             replica,
