@@ -105,6 +105,10 @@ pub struct Figures {
     pub events: usize,
     /// Streams ended with Expired.
     pub expired: usize,
+    /// Hang-ups inside a re-sync unit.
+    pub hang_ups_in_unit: usize,
+    /// Hang-ups inside a snapshot.
+    pub hang_ups_in_snapshot: usize,
     /// Streams ended with RESOURCE_EXHAUSTED.
     pub cut_offs: usize,
     /// Other failures by code.
@@ -121,6 +125,8 @@ impl Figures {
         self.resyncs += other.resyncs;
         self.events += other.events;
         self.expired += other.expired;
+        self.hang_ups_in_unit += other.hang_ups_in_unit;
+        self.hang_ups_in_snapshot += other.hang_ups_in_snapshot;
         self.cut_offs += other.cut_offs;
         for (code, n) in &other.other_failures {
             *self.other_failures.entry(code.clone()).or_default() += n;
@@ -211,6 +217,7 @@ pub fn check(truth: &TruthLog, life: &Life) -> (Vec<Violation>, Figures) {
                 replica,
                 resource_version,
                 snapshot,
+                ..
             } => {
                 c.connection += 1;
                 c.figures.connections += 1;
@@ -689,6 +696,13 @@ impl Checker<'_> {
     }
 
     fn ending(&mut self, ending: &Ending, phase: &Phase, received: usize, asked: Option<u64>) {
+        if matches!(ending, Ending::HungUp) {
+            match phase {
+                Phase::Unit(..) => self.figures.hang_ups_in_unit += 1,
+                Phase::Snapshot(_) => self.figures.hang_ups_in_snapshot += 1,
+                Phase::Live => {}
+            }
+        }
         let Ending::Failed {
             code,
             reason,
@@ -872,6 +886,7 @@ mod tests {
 
     fn connect(replica: usize, rv: &str, snapshot: bool) -> Entry {
         Entry::Connect {
+            at: tokio::time::Instant::now(),
             replica,
             resource_version: rv.to_owned(),
             snapshot,

@@ -39,6 +39,8 @@ pub fn ends_snapshot(event: &WatchEvent) -> bool {
 pub enum Entry {
     /// A Watch was opened on a replica.
     Connect {
+        /// When.
+        at: Instant,
         /// Which replica (index into the replica list).
         replica: usize,
         /// The request's resourceVersion.
@@ -228,6 +230,7 @@ async fn live(
             allow_bookmarks: b.bookmarks,
         };
         life.entries.push(Entry::Connect {
+            at: Instant::now(),
             replica,
             resource_version,
             snapshot,
@@ -248,6 +251,7 @@ async fn live(
             Ok(Ok(response)) => {
                 let mut stream = response.into_inner();
                 let mut in_snapshot = snapshot;
+                let mut previous_rv = None;
                 loop {
                     let message = tokio::time::timeout_at(hang_up, stream.message()).await;
                     let event = match message {
@@ -267,10 +271,20 @@ async fn live(
                         // unit: a resume point.
                         next = Next::Resume(rv);
                     }
+                    // Inside a unit (a re-sync event, or one of several
+                    // events at one RV), sometimes hang up at once: the
+                    // resume must then deliver the rest exactly.
+                    let inside_unit = !in_snapshot
+                        && event.r#type() != EventType::Bookmark
+                        && (event.resync || previous_rv == Some(rv));
+                    previous_rv = Some(rv);
                     life.entries.push(Entry::Event(event));
                     if let (Some(target), Next::Resume(at)) = (*done.borrow(), next)
                         && at >= target.rv
                     {
+                        break Ending::HungUp;
+                    }
+                    if inside_unit && rng.random_bool(0.2) {
                         break Ending::HungUp;
                     }
                     if b.slow {
