@@ -110,7 +110,7 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
@@ -122,6 +122,8 @@ impl fmt::Display for Report {
             g.events,
             g.expired,
             g.cut_offs,
+            g.hang_ups_in_unit,
+            g.hang_ups_in_snapshot,
             g.other_failures
         )?;
         writeln!(
@@ -232,6 +234,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
                 id: (plan.seed as usize) * 1000 + i,
                 filter,
                 slow,
+                sticky: i % 2 == 1,
                 bookmarks: !(sees_marker && rng.random_bool(0.5)),
                 max_connections: plan.max_connections,
                 hang_up_ms: plan.hang_up_ms,
@@ -271,7 +274,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     let mut lives: Vec<Life> = Vec::new();
     for s in subscribers {
         // A subscriber checks its deadline at least at every hang-up.
-        let bound = until + Duration::from_millis(plan.hang_up_ms.1) + Duration::from_secs(15);
+        let bound = until + Duration::from_millis(plan.hang_up_ms.1 * 4) + Duration::from_secs(15);
         let life = tokio::time::timeout_at(bound, s)
             .await
             .context("a subscriber did not stop by its deadline")??;
@@ -299,6 +302,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     for r in &mut replicas {
         r.kill().await?;
     }
+    keep_logs(cp.dir())?;
     report.elapsed = started.elapsed();
     Ok(report)
 }
@@ -357,5 +361,24 @@ async fn inject_faults(
     truth.wait_changes(plan.min_changes, deadline).await?;
     // A bounded wait: the churn's planned length, not a condition.
     tokio::time::sleep_until(churn_until.min(deadline)).await;
+    Ok(())
+}
+
+/// With `FAULTS_KEEP_LOGS=DIR`, copies the replicas', API servers' and
+/// etcd's logs there (the control plane's directory goes with it).
+fn keep_logs(from: &Path) -> Result<()> {
+    let Some(to) = std::env::var_os("FAULTS_KEEP_LOGS") else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(&to)?;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::copy(
+                &path,
+                Path::new(&to).join(path.file_name().unwrap_or_default()),
+            )?;
+        }
+    }
     Ok(())
 }

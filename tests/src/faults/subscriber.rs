@@ -98,8 +98,12 @@ pub struct Behaviour {
     pub id: usize,
     /// Its filter.
     pub filter: Filter,
-    /// Read slowly through small HTTP/2 windows.
+    /// Read slowly through small HTTP/2 windows, on longer connections
+    /// (so that the lag bound, counted per stream, can be reached).
     pub slow: bool,
+    /// Stay on one replica unless it fails (so that it is there when that
+    /// replica re-syncs); others move at random.
+    pub sticky: bool,
     /// Ask for bookmarks (without them, only the snapshot's end and
     /// re-sync units' closing bookmarks may come).
     pub bookmarks: bool,
@@ -190,7 +194,7 @@ async fn live(
             let n = refused.max(fruitless).min(6);
             tokio::time::sleep(Duration::from_millis(25 << n)).await;
         }
-        if rng.random_bool(0.3) {
+        if !b.sticky && rng.random_bool(0.3) {
             replica = (replica + 1) % replicas;
         }
         let addr = addresses.read().expect("addresses")[replica];
@@ -235,10 +239,10 @@ async fn live(
             resource_version,
             snapshot,
         });
-        let hang_up = deadline.min(
-            Instant::now()
-                + Duration::from_millis(rng.random_range(b.hang_up_ms.0..b.hang_up_ms.1)),
-        );
+        let (min, max) = b.hang_up_ms;
+        let lasting = if b.slow { 4 } else { 1 };
+        let hang_up = deadline
+            .min(Instant::now() + Duration::from_millis(rng.random_range(min..max) * lasting));
         let mut client = KubeFanoutClient::new(channel);
         let before = next;
         let ending = match tokio::time::timeout(Duration::from_secs(10), client.watch(request))
@@ -252,6 +256,9 @@ async fn live(
                 let mut stream = response.into_inner();
                 let mut in_snapshot = snapshot;
                 let mut previous_rv = None;
+                // Inside a unit: how many of its events to read before
+                // hanging up (decided at its first event; None: read it all).
+                let mut unit_cut: Option<Option<u32>> = None;
                 loop {
                     let message = tokio::time::timeout_at(hang_up, stream.message()).await;
                     let event = match message {
@@ -272,23 +279,40 @@ async fn live(
                         next = Next::Resume(rv);
                     }
                     // Inside a unit (a re-sync event, or one of several
-                    // events at one RV), sometimes hang up at once: the
-                    // resume must then deliver the rest exactly.
+                    // events at one RV), a quarter of the time hang up
+                    // after a few of its events: the resume must then
+                    // deliver the rest exactly.
                     let inside_unit = !in_snapshot
                         && event.r#type() != EventType::Bookmark
                         && (event.resync || previous_rv == Some(rv));
                     previous_rv = Some(rv);
+                    let hang_up_now = if inside_unit {
+                        let cut = unit_cut.get_or_insert_with(|| {
+                            rng.random_bool(0.25).then(|| rng.random_range(0..4))
+                        });
+                        match cut {
+                            Some(0) => true,
+                            Some(n) => {
+                                *n -= 1;
+                                false
+                            }
+                            None => false,
+                        }
+                    } else {
+                        unit_cut = None;
+                        false
+                    };
                     life.entries.push(Entry::Event(event));
                     if let (Some(target), Next::Resume(at)) = (*done.borrow(), next)
                         && at >= target.rv
                     {
                         break Ending::HungUp;
                     }
-                    if inside_unit && rng.random_bool(0.2) {
+                    if hang_up_now {
                         break Ending::HungUp;
                     }
                     if b.slow {
-                        tokio::time::sleep(Duration::from_millis(rng.random_range(2..20))).await;
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
                     }
                 }
             }
