@@ -194,7 +194,7 @@ impl ControlPlane {
             &args,
             &self.dir.path().join("kube-apiserver-extra.log"),
         )?);
-        let kubeconfig = self.dir.path().join("kubeconfig-extra");
+        let kubeconfig = self.extra_kubeconfig();
         let yaml = std::fs::read_to_string(&self.kubeconfig)?
             .replace(&self.server_url, &format!("https://127.0.0.1:{port}"));
         std::fs::write(&kubeconfig, yaml)?;
@@ -203,6 +203,12 @@ impl ControlPlane {
             .await
             .with_context(|| self.log_tail("kube-apiserver-extra"))?;
         Ok(client)
+    }
+
+    /// The kubeconfig of the second kube-apiserver (see
+    /// [`ControlPlane::start_extra_apiserver`]).
+    pub fn extra_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig-extra")
     }
 
     /// The temporary directory holding data, credentials and logs.
@@ -255,8 +261,10 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Starts `program` with [`tied_command`], its output to `log`.
-fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
+/// Starts `program` with [`tied_command`], its output to `log`: killed
+/// when the handle drops (a panicking test included) and when the test
+/// process dies without dropping it.
+pub fn spawn(program: PathBuf, args: &[String], log: &Path) -> Result<Child> {
     let log = std::fs::File::create(log)?;
     tied_command(&program)
         .args(args)

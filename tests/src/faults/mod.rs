@@ -1,0 +1,384 @@
+//! The randomized fault test of kube-fanout's Watch contract, on the real
+//! control plane: a truth recorder watching the API server directly,
+//! writers that create, patch (data and labels) and delete ConfigMaps in a
+//! few namespaces, two kube-fanout replicas as child processes (A watches
+//! API server 1, B watches API server 2, both on one etcd), subscribers
+//! with random filters that hang up, resume on either replica, read slowly
+//! and re-snapshot on Expired, and faults: kill -9 and restart of API
+//! server 1 (A's reflector then gets a 410 and relists over a real gap,
+//! since the writers go on through API server 2 meanwhile), kill -9 and
+//! restart of a replica, slow readers. At the end the [`checker`] replays
+//! every subscriber's whole life against the truth.
+
+pub mod checker;
+pub mod model;
+pub mod replica;
+pub mod subscriber;
+pub mod truth;
+mod writer;
+
+use std::{
+    fmt,
+    path::Path,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use tokio::{sync::watch, time::Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{controlplane::ControlPlane, support::create_namespace};
+use checker::{Figures, Guarantee, Violation};
+use model::Filter;
+use replica::Replica;
+use subscriber::{Behaviour, Life};
+use truth::Truth;
+
+/// The shape of one run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// How many subscribers.
+    pub subscribers: usize,
+    /// The share of them that read slowly through small windows.
+    pub slow_share: f64,
+    /// Concurrent writers.
+    pub writers: usize,
+    /// Changes the truth must have recorded before the churn ends.
+    pub min_changes: usize,
+    /// And the churn lasts at least this long (from the first write).
+    pub min_churn: Duration,
+    /// Times API server 1 is killed and restarted.
+    pub apiserver_restarts: usize,
+    /// Times a replica (A and B in turn) is killed and restarted.
+    pub replica_kills: usize,
+    /// Changes written while a killed component is down.
+    pub changes_while_down: usize,
+    /// The replicas' `--max-lag-events`, small so that slow readers are cut off.
+    pub max_lag_events: u64,
+    /// Subscribers hang up after a random time in this range (ms).
+    pub hang_up_ms: (u64, u64),
+    /// At most this many Watch calls per subscriber.
+    pub max_connections: usize,
+    /// Time the subscribers get to reach the final RV once writing stops.
+    pub final_catch_up: Duration,
+    /// The whole run's bound.
+    pub deadline: Duration,
+    /// The random seed.
+    pub seed: u64,
+}
+
+/// Faults injected.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// kill -9 + restart of API server 1.
+    pub apiserver_restarts: usize,
+    /// kill -9 + restart of a replica.
+    pub replica_kills: usize,
+    /// Relists of replica A after an API server restart (each a re-sync).
+    pub relists: u64,
+    /// Changes made while API server 1 was down: the re-syncs' gaps.
+    pub gap_changes: usize,
+    /// Subscribers that read slowly.
+    pub slow_subscribers: usize,
+}
+
+/// What a run did and found.
+#[derive(Debug)]
+pub struct Report {
+    /// Changes the truth recorded.
+    pub changes: usize,
+    /// Subscribers.
+    pub subscribers: usize,
+    /// Faults injected.
+    pub faults: Faults,
+    /// The subscribers' figures, summed.
+    pub figures: Figures,
+    /// Every violation found.
+    pub violations: Vec<Violation>,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+/// How many violations a report prints in full.
+const SHOWN: usize = 25;
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.figures;
+        writeln!(
+            f,
+            "fault run: {} changes, {} subscribers ({} slow), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            self.changes,
+            self.subscribers,
+            self.faults.slow_subscribers,
+            g.connections,
+            g.resumes,
+            g.failovers,
+            g.snapshots,
+            g.resyncs,
+            g.events,
+            g.expired,
+            g.cut_offs,
+            g.hang_ups_in_unit,
+            g.hang_ups_in_snapshot,
+            g.other_failures
+        )?;
+        writeln!(
+            f,
+            "faults injected: {} API server kill -9/restarts (replica A relisted {} times), {} replica kill -9/restarts; {:.0?}",
+            self.faults.apiserver_restarts,
+            self.faults.relists,
+            self.faults.replica_kills,
+            self.elapsed
+        )?;
+        let mut by: std::collections::BTreeMap<
+            Guarantee,
+            (usize, std::collections::BTreeSet<usize>),
+        > = Default::default();
+        for v in &self.violations {
+            let e = by.entry(v.guarantee).or_default();
+            e.0 += 1;
+            e.1.insert(v.subscriber);
+        }
+        writeln!(f, "violations: {}", self.violations.len())?;
+        for (g, (n, subs)) in &by {
+            writeln!(f, "  {g:?}: {n} in {} subscriber(s)", subs.len())?;
+        }
+        // The first of each guarantee, then the rest in order.
+        let mut shown: Vec<&Violation> = by
+            .keys()
+            .filter_map(|g| self.violations.iter().find(|v| v.guarantee == *g))
+            .collect();
+        for v in &self.violations {
+            if shown.len() >= SHOWN {
+                break;
+            }
+            if !shown.iter().any(|s| std::ptr::eq(*s, v)) {
+                shown.push(v);
+            }
+        }
+        for v in shown {
+            writeln!(f, "  - {v}")?;
+        }
+        if self.violations.len() > SHOWN {
+            writeln!(f, "  ... {} more", self.violations.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `plan` with `binary` as kube-fanout.
+pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
+    let started = Instant::now();
+    let hard_deadline = started + plan.deadline;
+    let mut cp = ControlPlane::start().await?;
+    let client2 = cp.start_extra_apiserver().await?;
+    let namespaces: Vec<String> = ["faults-a", "faults-b", "faults-c"]
+        .map(String::from)
+        .to_vec();
+    for ns in &namespaces {
+        create_namespace(&client2, ns).await?;
+    }
+    let truth = Truth::start(client2.clone()).await?;
+    let flags = [
+        "--progress-bookmark-seconds=1".to_owned(),
+        format!("--max-lag-events={}", plan.max_lag_events),
+    ];
+    let dir = cp.dir().to_owned();
+    let mut replicas = [
+        Replica::start("A", binary, &cp.kubeconfig, &flags, &dir).await?,
+        Replica::start("B", binary, &cp.extra_kubeconfig(), &flags, &dir).await?,
+    ];
+    let addresses: subscriber::Addresses =
+        Arc::new(RwLock::new(replicas.iter().map(|r| r.addr).collect()));
+
+    let stop_writing = CancellationToken::new();
+    let writers: Vec<_> = (0..plan.writers)
+        .map(|i| {
+            tokio::spawn(
+                writer::write(
+                    client2.clone(),
+                    namespaces.clone(),
+                    plan.seed * 100 + i as u64,
+                    stop_writing.clone(),
+                )
+                .instrument(tracing::info_span!("writer", i)),
+            )
+        })
+        .collect();
+
+    let mut rng = StdRng::seed_from_u64(plan.seed);
+    let (done_tx, done_rx) = watch::channel(None);
+    let mut faults = Faults::default();
+    let subscribers: Vec<_> = (0..plan.subscribers)
+        .map(|i| {
+            // The first share of them read slowly, whatever the seed.
+            let slow = (i as f64) < plan.slow_share * plan.subscribers as f64;
+            faults.slow_subscribers += usize::from(slow);
+            let filter = Filter::random(&mut rng, &namespaces);
+            // Without bookmarks a subscriber's resume point moves only
+            // with its events, so only one that sees the final marker (a
+            // label-less ConfigMap in the first namespace) can go without.
+            let sees_marker = filter.matches(
+                &model::key(&namespaces[0], "final"),
+                &model::Obj {
+                    rv: 0,
+                    labels: Default::default(),
+                    data: Default::default(),
+                },
+            );
+            let behaviour = Behaviour {
+                id: (plan.seed as usize) * 1000 + i,
+                filter,
+                slow,
+                sticky: i % 2 == 1,
+                bookmarks: !(sees_marker && rng.random_bool(0.5)),
+                max_connections: plan.max_connections,
+                hang_up_ms: plan.hang_up_ms,
+            };
+            tokio::spawn(
+                subscriber::run(behaviour, addresses.clone(), done_rx.clone(), hard_deadline)
+                    .instrument(tracing::info_span!("subscriber", i)),
+            )
+        })
+        .collect();
+
+    let outcome = inject_faults(
+        plan,
+        &mut cp,
+        &mut replicas,
+        &addresses,
+        &truth,
+        &mut faults,
+        hard_deadline,
+    )
+    .await;
+    stop_writing.cancel();
+    for w in writers {
+        w.await??;
+    }
+    outcome?;
+
+    // The end: one more change, which every replica publishes; each
+    // subscriber follows until its resume point reaches it (a filtered one
+    // through a progress bookmark).
+    let final_rv = writer::mark(&client2, &namespaces[0], "final").await?;
+    let until = Instant::now() + plan.final_catch_up;
+    done_tx.send_replace(Some(subscriber::Final {
+        rv: final_rv,
+        until,
+    }));
+    let mut lives: Vec<Life> = Vec::new();
+    for s in subscribers {
+        // A subscriber checks its deadline at least at every hang-up.
+        let bound = until + Duration::from_millis(plan.hang_up_ms.1 * 4) + Duration::from_secs(15);
+        let life = tokio::time::timeout_at(bound, s)
+            .await
+            .context("a subscriber did not stop by its deadline")??;
+        lives.push(life);
+    }
+    // A change after everything any subscriber saw, so the truth surely
+    // covers every RV they name.
+    let after = writer::mark(&client2, &namespaces[0], "after").await?;
+    truth.wait_for(after, Duration::from_secs(60)).await?;
+    let log = truth.log();
+
+    let mut report = Report {
+        changes: log.changes.len(),
+        subscribers: lives.len(),
+        faults,
+        figures: Figures::default(),
+        violations: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    for life in &lives {
+        let (violations, figures) = checker::check(&log, life);
+        report.violations.extend(violations);
+        report.figures.add(&figures);
+    }
+    for r in &mut replicas {
+        r.kill().await?;
+    }
+    keep_logs(cp.dir())?;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Injects the plan's faults in turn while the writers go on, then waits
+/// until the truth has recorded `min_changes`.
+async fn inject_faults(
+    plan: &Plan,
+    cp: &mut ControlPlane,
+    replicas: &mut [Replica; 2],
+    addresses: &subscriber::Addresses,
+    truth: &Truth,
+    faults: &mut Faults,
+    deadline: Instant,
+) -> Result<()> {
+    let churn_until = Instant::now() + plan.min_churn;
+    let rounds = plan.apiserver_restarts.max(plan.replica_kills);
+    let steps = plan.apiserver_restarts + plan.replica_kills;
+    let spacing = plan.min_changes / (steps + 1);
+    let mut kills = 0;
+    for round in 0..rounds {
+        if round < plan.apiserver_restarts {
+            truth
+                .wait_changes(truth.changes() + spacing, deadline)
+                .await?;
+            let relists = replicas[0].status().await?.relists;
+            tracing::info!("fault: kill -9 API server 1 (replica A's)");
+            cp.kill_apiserver().await?;
+            truth
+                .wait_changes(truth.changes() + plan.changes_while_down, deadline)
+                .await?;
+            cp.restart_apiserver().await?;
+            replicas[0]
+                .wait_relisted(relists, Duration::from_secs(120))
+                .await?;
+            faults.apiserver_restarts += 1;
+            faults.relists += 1;
+        }
+        if round < plan.replica_kills {
+            truth
+                .wait_changes(truth.changes() + spacing, deadline)
+                .await?;
+            // B first: its subscribers fail over to A, which re-synced.
+            let i = (kills + 1) % 2;
+            kills += 1;
+            tracing::info!("fault: kill -9 replica {}", replicas[i].name);
+            replicas[i].kill().await?;
+            truth
+                .wait_changes(truth.changes() + plan.changes_while_down, deadline)
+                .await?;
+            replicas[i].restart().await?;
+            addresses.write().expect("addresses")[i] = replicas[i].addr;
+            faults.replica_kills += 1;
+        }
+    }
+    truth.wait_changes(plan.min_changes, deadline).await?;
+    // A bounded wait: the churn's planned length, not a condition.
+    tokio::time::sleep_until(churn_until.min(deadline)).await;
+    Ok(())
+}
+
+/// With `FAULTS_KEEP_LOGS=DIR`, copies the replicas', API servers' and
+/// etcd's logs there (the control plane's directory goes with it).
+fn keep_logs(from: &Path) -> Result<()> {
+    let Some(to) = std::env::var_os("FAULTS_KEEP_LOGS") else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(&to)?;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::copy(
+                &path,
+                Path::new(&to).join(path.file_name().unwrap_or_default()),
+            )?;
+        }
+    }
+    Ok(())
+}

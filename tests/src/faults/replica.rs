@@ -1,0 +1,172 @@
+//! A kube-fanout replica as a child process of the real `kube-fanout`
+//! binary, so that `kill -9` is real: no graceful shutdown, no status to
+//! its subscribers, its history gone. A restarted replica listens on a new
+//! port, as a new pod behind the same Service would get a new address.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use kube_fanout_proto::v1::{
+    ListResourcesRequest, ResourceStatus, SyncState, kube_fanout_client::KubeFanoutClient,
+};
+use tokio::process::Child;
+
+use crate::controlplane::{free_port, spawn};
+
+/// How long a replica may take to sync after it starts.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One running (or killed) replica.
+pub struct Replica {
+    /// Its name in logs and reports ("A", "B").
+    pub name: &'static str,
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    flags: Vec<String>,
+    dir: PathBuf,
+    child: Option<Child>,
+    /// Where it listens now.
+    pub addr: SocketAddr,
+    starts: u32,
+}
+
+impl Replica {
+    /// Starts `binary` against the API server of `kubeconfig` with `flags`
+    /// (beyond the listeners), logging into `dir`, and waits until synced.
+    pub async fn start(
+        name: &'static str,
+        binary: &Path,
+        kubeconfig: &Path,
+        flags: &[String],
+        dir: &Path,
+    ) -> Result<Replica> {
+        let mut replica = Replica {
+            name,
+            binary: binary.to_owned(),
+            kubeconfig: kubeconfig.to_owned(),
+            flags: flags.to_vec(),
+            dir: dir.to_owned(),
+            child: None,
+            addr: "127.0.0.1:0".parse()?,
+            starts: 0,
+        };
+        replica.restart().await?;
+        Ok(replica)
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub async fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts the process (again) on fresh ports and waits until synced.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.kill().await?;
+        self.starts += 1;
+        self.addr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let metrics = format!("127.0.0.1:{}", free_port()?);
+        let mut args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--resource=v1/configmaps".to_owned(),
+            format!("--listen={}", self.addr),
+            format!("--metrics-listen={metrics}"),
+        ];
+        args.extend(self.flags.iter().cloned());
+        self.child = Some(spawn(self.binary.clone(), &args, &self.log_path())?);
+        self.wait_synced()
+            .await
+            .with_context(|| format!("replica {}:\n{}", self.name, self.log_tail()))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir
+            .join(format!("kube-fanout-{}-{}.log", self.name, self.starts))
+    }
+
+    /// The last lines of its current log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Its status of v1/configmaps.
+    pub async fn status(&self) -> Result<ResourceStatus> {
+        status(self.addr).await
+    }
+
+    async fn wait_synced(&mut self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Some(exit) = child.try_wait()?
+            {
+                bail!("replica {} exited with {exit}", self.name);
+            }
+            if let Ok(s) = self.status().await
+                && s.sync_state() == SyncState::Synced
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("replica {} not synced after {SYNC_TIMEOUT:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the replica has relisted more than `relists` times (a
+    /// 410 answered by a relist), or fails after `within`.
+    pub async fn wait_relisted(&self, relists: u64, within: Duration) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(s) = self.status().await
+                && s.relists > relists
+                && s.sync_state() == SyncState::Synced
+            {
+                return Ok(s.relists);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "replica {} did not relist within {within:?}:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// The status of v1/configmaps on the kube-fanout at `addr`.
+async fn status(addr: SocketAddr) -> Result<ResourceStatus> {
+    let mut client = tokio::time::timeout(
+        Duration::from_secs(5),
+        KubeFanoutClient::connect(format!("http://{addr}")),
+    )
+    .await
+    .context("connecting timed out")??;
+    let resources = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.list_resources(ListResourcesRequest {}),
+    )
+    .await
+    .context("ListResources timed out")??
+    .into_inner()
+    .resources;
+    resources
+        .into_iter()
+        .find(|r| {
+            r.resource
+                .as_ref()
+                .is_some_and(|r| r.resource == "configmaps")
+        })
+        .context("v1/configmaps not served")
+}

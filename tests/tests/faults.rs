@@ -1,0 +1,87 @@
+//! The randomized fault test of the Watch contract on the real control
+//! plane (see `kube_fanout_tests::faults`): two kube-fanout replicas as
+//! processes, kill -9 of the API server one of them watches (a 410, a
+//! relist, a re-sync over a real gap) and of each replica, slow readers,
+//! subscribers that hang up and resume anywhere, and a checker that replays
+//! every subscriber's whole life against a truth recorded from the API
+//! server itself. Zero violations, and every fault really happened.
+//!
+//! `ci_sized_run` runs in `scripts/test` (about two minutes); the soak is
+//!
+//! ```sh
+//! cargo test -p kube-fanout-tests --test faults -- --ignored soak --nocapture
+//! ```
+
+use std::{path::Path, time::Duration};
+
+use kube_fanout_tests::faults::{self, Plan, Report};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_kube-fanout-under-test");
+
+async fn run(plan: Plan) -> anyhow::Result<Report> {
+    kube_fanout_tests::init_logging();
+    let report = faults::run(&plan, Path::new(BINARY)).await?;
+    println!("{report}");
+    assert_eq!(report.faults.apiserver_restarts, plan.apiserver_restarts);
+    assert_eq!(report.faults.replica_kills, plan.replica_kills);
+    assert!(
+        report.changes >= plan.min_changes,
+        "{} changes",
+        report.changes
+    );
+    assert!(
+        report.figures.resumes > 0 && report.figures.failovers > 0 && report.figures.snapshots > 0,
+        "the subscribers resumed, failed over and took snapshots"
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{} violations of the Watch contract (see above)",
+        report.violations.len()
+    );
+    Ok(report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_sized_run() -> anyhow::Result<()> {
+    run(Plan {
+        subscribers: 12,
+        slow_share: 0.25,
+        writers: 2,
+        min_changes: 3000,
+        min_churn: Duration::from_secs(60),
+        apiserver_restarts: 2,
+        replica_kills: 2,
+        changes_while_down: 80,
+        max_lag_events: 100,
+        hang_up_ms: (300, 3000),
+        max_connections: 2000,
+        final_catch_up: Duration::from_secs(30),
+        deadline: Duration::from_secs(240),
+        seed: 1,
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak of several minutes: run it by hand (see the module docs)"]
+async fn soak() -> anyhow::Result<()> {
+    run(Plan {
+        subscribers: 30,
+        slow_share: 0.2,
+        writers: 3,
+        min_changes: 10_000,
+        min_churn: Duration::from_secs(300),
+        apiserver_restarts: 3,
+        replica_kills: 4,
+        changes_while_down: 150,
+        max_lag_events: 300,
+        hang_up_ms: (300, 6000),
+        max_connections: 20_000,
+        final_catch_up: Duration::from_secs(60),
+        deadline: Duration::from_secs(1800),
+        seed: 7,
+    })
+    .await?;
+    Ok(())
+}
