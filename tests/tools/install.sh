@@ -6,7 +6,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 case "${1:-}" in
   grpcurl) pkg=github.com/fullstorydev/grpcurl/cmd/grpcurl; version=v1.9.3 ;;
-  *) echo "usage: $0 grpcurl" >&2; exit 2 ;;
+  # The Go client's generated code (client/go/kubefanoutv1): the versions
+  # here and in client/go/go.mod's google.golang.org/protobuf and grpc go
+  # together.
+  protoc-gen-go) pkg=google.golang.org/protobuf/cmd/protoc-gen-go; version=v1.36.11 ;;
+  protoc-gen-go-grpc) pkg=google.golang.org/grpc/cmd/protoc-gen-go-grpc; version=v1.6.1 ;;
+  *) echo "usage: $0 grpcurl|protoc-gen-go|protoc-gen-go-grpc" >&2; exit 2 ;;
 esac
 dir="${CARGO_TARGET_DIR:-$root/target}/tools/$1-$version"
 if [[ ! -x "$dir/$1" ]]; then

@@ -1,0 +1,229 @@
+// Package kubefanout feeds client-go informers (and controller-runtime
+// caches, see the crcache package) from kube-fanout instead of the
+// Kubernetes API server: NewListWatch returns a cache.ListerWatcher, so
+//
+//	cache.NewSharedIndexInformer(kubefanout.NewListWatch(conn, gvr, ns, nil), &corev1.ConfigMap{}, 0, indexers)
+//
+// is the one-line switch from cache.NewListWatchFromClient. Writes still go
+// to the API server; kube-fanout only serves reads.
+package kubefanout
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/kube-fanout/kube-fanout/client/go/kubefanoutv1"
+)
+
+// maxMessage is the largest message accepted: one object of a big type can
+// be megabytes, and a List page holds many.
+const maxMessage = 64 << 20
+
+// Option configures Dial.
+type Option func(*settings)
+
+type settings struct {
+	tls   *tls.Config
+	token string
+	extra []grpc.DialOption
+}
+
+// WithTLS uses TLS with this configuration (CA, server name, client
+// certificate) for every address. Without it, https:// addresses use the
+// system's roots and the others are plaintext.
+func WithTLS(cfg *tls.Config) Option {
+	return func(s *settings) { s.tls = cfg }
+}
+
+// WithBearerToken sends "authorization: Bearer TOKEN" with every call.
+func WithBearerToken(token string) Option {
+	return func(s *settings) { s.token = token }
+}
+
+// WithDialOptions adds gRPC dial options (interceptors, a custom dialer).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(s *settings) { s.extra = append(s.extra, opts...) }
+}
+
+// Conn is a connection to kube-fanout: one server at a time out of a list
+// of addresses. A call that cannot reach the current server moves on to
+// the next. Safe for concurrent use; share one Conn between informers.
+type Conn struct {
+	addrs   []string
+	clients []pb.KubeFanoutClient
+	conns   []*grpc.ClientConn
+
+	mu      sync.Mutex
+	current int
+	kinds   map[resourceKey]string
+}
+
+type resourceKey struct{ group, version, resource string }
+
+// Dial prepares connections to the given servers, in order of preference:
+// "host:port", "http://host:port" or "https://host:port". Nothing is
+// dialed until the first call.
+func Dial(addresses []string, opts ...Option) (*Conn, error) {
+	if len(addresses) == 0 {
+		return nil, errors.New("kube-fanout: no server address given")
+	}
+	var s settings
+	for _, opt := range opts {
+		opt(&s)
+	}
+	c := &Conn{addrs: addresses, kinds: map[resourceKey]string{}}
+	for _, addr := range addresses {
+		conn, err := grpc.NewClient(target(addr), dialOptions(addr, &s)...)
+		if err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("kube-fanout: address %q: %w", addr, err)
+		}
+		c.conns = append(c.conns, conn)
+		c.clients = append(c.clients, pb.NewKubeFanoutClient(conn))
+	}
+	return c, nil
+}
+
+func target(addr string) string {
+	for _, scheme := range []string{"http://", "https://"} {
+		if rest, ok := strings.CutPrefix(addr, scheme); ok {
+			return "passthrough:///" + strings.TrimSuffix(rest, "/")
+		}
+	}
+	return "passthrough:///" + addr
+}
+
+func dialOptions(addr string, s *settings) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	switch {
+	case s.tls != nil:
+		creds = credentials.NewTLS(s.tls)
+	case strings.HasPrefix(addr, "https://"):
+		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
+		// A restarted server is reconnected within seconds, not after
+		// grpc-go's default backoff of up to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		// A peer that vanished without closing the connection (a deleted
+		// pod) is noticed within seconds, not at the next TCP timeout.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if s.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(s.token)))
+	}
+	return append(opts, s.extra...)
+}
+
+// bearer sends the token as gRPC metadata. Like the Rust client it is sent
+// over plaintext too (the loopback case); deployments use TLS.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// String hides the token: it is a credential.
+func (bearer) String() string { return "bearer(<redacted>)" }
+
+// Close closes every connection.
+func (c *Conn) Close() error {
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Address is the server in use.
+func (c *Conn) Address() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[c.current]
+}
+
+// call runs fn against the current server and, when that server cannot be
+// reached (UNAVAILABLE), against the next ones in turn, each at most once.
+// The server that answered becomes the current one.
+func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) error {
+	c.mu.Lock()
+	start := c.current
+	c.mu.Unlock()
+	var err error
+	for i := range c.clients {
+		idx := (start + i) % len(c.clients)
+		if err = fn(c.clients[idx]); status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			c.mu.Lock()
+			c.current = idx
+			c.mu.Unlock()
+			return err
+		}
+	}
+	return err
+}
+
+// kind is the Kind of a resource type's objects, as kube-fanout reports it
+// (remembered: it never changes while a server runs).
+func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef) (string, error) {
+	key := resourceKey{ref.GetGroup(), ref.GetVersion(), ref.GetResource()}
+	c.mu.Lock()
+	kind, ok := c.kinds[key]
+	c.mu.Unlock()
+	if ok {
+		return kind, nil
+	}
+	resources, err := c.Resources(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range resources {
+		if r.GetResource().GetGroup() == key.group && r.GetResource().GetVersion() == key.version && r.GetResource().GetResource() == key.resource {
+			c.mu.Lock()
+			c.kinds[key] = r.GetKind()
+			c.mu.Unlock()
+			return r.GetKind(), nil
+		}
+	}
+	return "", statusError(status.Errorf(codes.NotFound, "kube-fanout does not serve %s", describe(ref)))
+}
+
+// Resources lists the resource types the server serves, with their cache
+// state.
+func (c *Conn) Resources(ctx context.Context) ([]*pb.ResourceStatus, error) {
+	var resp *pb.ListResourcesResponse
+	err := c.call(ctx, func(client pb.KubeFanoutClient) (err error) {
+		resp, err = client.ListResources(ctx, &pb.ListResourcesRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return resp.GetResources(), nil
+}
+
+func describe(ref *pb.ResourceRef) string {
+	if ref.GetGroup() == "" {
+		return ref.GetVersion() + "/" + ref.GetResource()
+	}
+	return ref.GetGroup() + "/" + ref.GetVersion() + "/" + ref.GetResource()
+}
