@@ -262,3 +262,34 @@ func TestNoServerIsRetriable(t *testing.T) {
 		t.Fatalf("watching with no server: %v", err)
 	}
 }
+
+// Metadata-only and unstructured watches decode into the types their
+// informers expect.
+func TestWatchDecodesMetadataAndUnstructured(t *testing.T) {
+	script := watchScript{events: []*pb.WatchEvent{{Type: pb.EventType_ADDED, ResourceVersion: "10", Object: configMap("a", "10")}}}
+	f := &fakeServer{scripts: []watchScript{script, script}}
+	conn := dial(t, []string{serve(t, f, nil)})
+	for _, c := range []struct {
+		opt   ListWatchOption
+		check func(obj any) bool
+	}{
+		{Metadata(), func(obj any) bool {
+			m, ok := obj.(*metav1.PartialObjectMetadata)
+			return ok && m.Name == "a" && m.Kind == "ConfigMap" && m.ResourceVersion == "10"
+		}},
+		{Unstructured(), func(obj any) bool {
+			u, ok := obj.(*unstructured.Unstructured)
+			return ok && u.GetName() == "a" && u.GetKind() == "ConfigMap"
+		}},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		w, err := NewListWatch(conn, configMaps, "", nil, c.opt).WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := <-w.ResultChan(); !c.check(ev.Object) {
+			t.Fatalf("decoded %#v", ev.Object)
+		}
+		cancel()
+	}
+}

@@ -155,12 +155,17 @@ func (i *informer) store() state {
 }
 
 // waitAgree waits (up to 60 s) until both stores equal the API server's
-// state and each tracker's view equals its store, then checks that no
+// state and each tracker's view equals its store; it fails as soon as a
 // handler saw an inconsistent event.
 func (p *pair) waitAgree(t *testing.T, client kubernetes.Interface, phase string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		for _, i := range []*informer{p.direct, p.fanout} {
+			if v := i.tracker.violations(); len(v) > 0 {
+				t.Fatalf("%s: %s handlers saw inconsistent events:\n%s", phase, i.name, strings.Join(v, "\n"))
+			}
+		}
 		want, err := serverState(client, p.ns, p.selector)
 		var diffs []string
 		if err != nil {
@@ -181,11 +186,6 @@ func (p *pair) waitAgree(t *testing.T, client kubernetes.Interface, phase string
 			t.Fatalf("%s, selector %q: not equal after 60s:\n%s", phase, p.selector, strings.Join(diffs, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-	for _, i := range []*informer{p.direct, p.fanout} {
-		if v := i.tracker.violations(); len(v) > 0 {
-			t.Fatalf("%s: %s handlers saw inconsistent events:\n%s", phase, i.name, strings.Join(v, "\n"))
-		}
 	}
 	t.Logf("%s, selector %q: both stores hold the API server's %d objects", phase, p.selector, len(p.direct.store()))
 }
