@@ -164,8 +164,8 @@ func (c *Conn) Address() string {
 
 // call runs fn against the current server and, when that server cannot be
 // reached (UNAVAILABLE), against the next ones in turn, each at most once.
-// The server that answered becomes the current one.
-func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) error {
+// The server that answered becomes the current one; its index is returned.
+func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) (int, error) {
 	c.mu.Lock()
 	start := c.current
 	c.mu.Unlock()
@@ -176,10 +176,21 @@ func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) err
 			c.mu.Lock()
 			c.current = idx
 			c.mu.Unlock()
-			return err
+			return idx, err
 		}
 	}
-	return err
+	return start, err
+}
+
+// moveOn makes the next call start at the server after idx, unless another
+// call moved on already: the server at idx said it is unavailable (shutting
+// down, not synced) after accepting a stream.
+func (c *Conn) moveOn(idx int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current == idx {
+		c.current = (idx + 1) % len(c.clients)
+	}
 }
 
 // kind is the Kind of a resource type's objects, as kube-fanout reports it
@@ -211,7 +222,7 @@ func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef) (string, error) {
 // state.
 func (c *Conn) Resources(ctx context.Context) ([]*pb.ResourceStatus, error) {
 	var resp *pb.ListResourcesResponse
-	err := c.call(ctx, func(client pb.KubeFanoutClient) (err error) {
+	_, err := c.call(ctx, func(client pb.KubeFanoutClient) (err error) {
 		resp, err = client.ListResources(ctx, &pb.ListResourcesRequest{})
 		return err
 	})

@@ -115,7 +115,7 @@ func (lw *ListWatch) ListWithContext(ctx context.Context, options metav1.ListOpt
 		req.Limit = uint32(min(options.Limit, int64(^uint32(0))))
 	}
 	var resp *pb.ListResponse
-	err = lw.conn.call(ctx, func(client pb.KubeFanoutClient) (err error) {
+	_, err = lw.conn.call(ctx, func(client pb.KubeFanoutClient) (err error) {
 		resp, err = client.List(ctx, req)
 		return err
 	})

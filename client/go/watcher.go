@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,7 +50,7 @@ func startWatch(ctx context.Context, conn *Conn, req *pb.WatchRequest, s watchSe
 		ctx, cancel = withTimeout(ctx, cancel, time.Duration(*s.timeoutSeconds)*time.Second)
 	}
 	var stream pb.KubeFanout_WatchClient
-	err := conn.call(ctx, func(client pb.KubeFanoutClient) (err error) {
+	server, err := conn.call(ctx, func(client pb.KubeFanoutClient) (err error) {
 		if stream, err = client.Watch(ctx, req); err != nil {
 			return err
 		}
@@ -62,7 +64,14 @@ func startWatch(ctx context.Context, conn *Conn, req *pb.WatchRequest, s watchSe
 		return nil, statusError(err)
 	}
 	w := &watcher{result: make(chan watch.Event), cancel: cancel}
-	go w.pump(ctx, stream, s)
+	go func() {
+		// A server that ends the stream as unavailable (shutting down, not
+		// synced) is left for the next one, where the reflector's next
+		// watch resumes.
+		if w.pump(ctx, stream, s) == codes.Unavailable {
+			conn.moveOn(server)
+		}
+	}()
 	return w, nil
 }
 
@@ -72,7 +81,8 @@ func withTimeout(ctx context.Context, cancel context.CancelFunc, d time.Duration
 }
 
 // pump delivers the stream's events until it ends, the watch is stopped, or
-// its timeout passes; then it closes the result channel.
+// its timeout passes; then it closes the result channel and returns the
+// code the stream ended with (OK when it ended cleanly or was stopped).
 //
 // Re-sync units: kube-fanout sends what the upstream lost as a unit of
 // events with resync=true, to be applied together. A watch.Interface
@@ -81,31 +91,31 @@ func withTimeout(ctx context.Context, cancel context.CancelFunc, d time.Duration
 // At the first resync event, before delivering any of the unit, the watch
 // ends with 410 Expired instead: the reflector relists (or re-runs its
 // watch-list) and replaces its store in one step, which is atomic.
-func (w *watcher) pump(ctx context.Context, stream pb.KubeFanout_WatchClient, s watchSettings) {
+func (w *watcher) pump(ctx context.Context, stream pb.KubeFanout_WatchClient, s watchSettings) codes.Code {
 	defer close(w.result)
 	defer w.cancel()
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) || ctx.Err() != nil {
-				return
+				return codes.OK
 			}
 			w.send(ctx, errorEvent(statusError(err)))
-			return
+			return status.Code(err)
 		}
 		if ev.GetResync() {
 			w.send(ctx, errorEvent(apierrors.NewResourceExpired(fmt.Sprintf(
 				"kube-fanout: the upstream lost history; a re-sync unit at resourceVersion %s follows, relist to apply it atomically",
 				ev.GetResourceVersion()))))
-			return
+			return codes.OutOfRange
 		}
 		event, deliver, err := convert(ev, s)
 		if err != nil {
 			w.send(ctx, errorEvent(apierrors.NewInternalError(err)))
-			return
+			return codes.Internal
 		}
 		if deliver && !w.send(ctx, event) {
-			return
+			return codes.OK
 		}
 	}
 }

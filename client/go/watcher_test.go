@@ -293,3 +293,33 @@ func TestWatchDecodesMetadataAndUnstructured(t *testing.T) {
 		cancel()
 	}
 }
+
+// A server that ends a watch as unavailable (shutting down) is left: the
+// reflector's next watch goes to the next address.
+func TestWatchMovesOnFromAServerShuttingDown(t *testing.T) {
+	leaving := &fakeServer{scripts: []watchScript{{end: withReason(codes.Unavailable, "shutting down", "ShuttingDown", "7")}}}
+	staying := &fakeServer{}
+	first, second := serve(t, leaving, nil), serve(t, staying, nil)
+	conn := dial(t, []string{first, second})
+	lw := NewListWatch(conn, configMaps, "", nil)
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events := collect(t, w); len(events) != 1 || !apierrors.IsTooManyRequests(apierrors.FromObject(events[0].Object)) {
+		t.Fatalf("events %v, want one 429", events)
+	}
+	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if conn.Address() != second {
+		t.Fatalf("the second watch went to %s, want %s", conn.Address(), second)
+	}
+	staying.mu.Lock()
+	defer staying.mu.Unlock()
+	if len(staying.requests) != 1 || staying.requests[0].GetResourceVersion() != "7" {
+		t.Fatalf("the next server got %v", staying.requests)
+	}
+}
