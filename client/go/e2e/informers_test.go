@@ -76,11 +76,23 @@ func TestInformersFedByKubeFanoutAgreeWithTheAPIServer(t *testing.T) {
 			quiet("after a kube-fanout restart (SIGTERM)")
 
 			// The API server killed; writes through the second one; restarted.
+			// The restarted API server no longer holds kube-fanout's watch
+			// position (410), so kube-fanout relists and sends what changed
+			// meanwhile as a re-sync unit, which ends the client's watch.
+			resyncs := make([]int64, len(pairs))
+			for i, p := range pairs {
+				resyncs[i] = p.lw.resyncs.Load()
+			}
 			cp.killAPIServer()
 			w.run(t, extra, 3*time.Second)
 			cp.restartAPIServer()
 			w.run(t, cp.client, 2*time.Second)
 			quiet("after an API server restart")
+			for i, p := range pairs {
+				if p.lw.resyncs.Load() == resyncs[i] {
+					t.Fatalf("selector %q: no re-sync unit ended the kube-fanout informer's watch after the API server restart (kube-fanout: %s)", p.selector, describeFanout(fo))
+				}
+			}
 
 			for _, p := range pairs {
 				p.checkMode(t, watchList)
