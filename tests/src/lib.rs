@@ -1,9 +1,10 @@
 //! Test support for kube-fanout's end-to-end tests: a real kube-apiserver
 //! and etcd on loopback ([`controlplane`]), and kube-fanout itself started
-//! in process against them ([`fanout`]).
+//! in process against them ([`fanout`]) or as its binary ([`process`]).
 
 pub mod controlplane;
 pub mod fanout;
+pub mod process;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for
