@@ -304,18 +304,27 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
          config:\n  historyEvents: 5000\n",
     )?;
 
-    // Installed: every rendered object is held by the API server.
-    helm.run(&[
-        "install",
-        RELEASE,
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--values",
-        values.to_str().context("path")?,
-    ])
-    .await?;
+    // Installed: every rendered object is held by the API server, and the
+    // notes tell how to connect.
+    let notes = helm
+        .run(&[
+            "install",
+            RELEASE,
+            CHART,
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--values",
+            values.to_str().context("path")?,
+        ])
+        .await?;
+    for line in [
+        "kubectl -n fanout port-forward service/kf-kube-fanout 50051:50051 9090:9090",
+        r#"grpcurl -plaintext -H "authorization: Bearer $TOKEN" 127.0.0.1:50051 kubefanout.v1.KubeFanout/ListResources"#,
+        r#"kubectl-fanout --server 127.0.0.1:50051 --token "$TOKEN" list v1/configmaps -A"#,
+    ] {
+        assert!(notes.contains(line), "NOTES lack {line:?}:\n{notes}");
+    }
     let installed = helm.manifest().await?;
     let kinds: BTreeSet<String> = installed.iter().map(kind_name).collect();
     let expected_kinds: BTreeSet<String> = [
