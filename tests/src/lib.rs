@@ -1,11 +1,12 @@
 //! Test support for kube-fanout's end-to-end tests: a real kube-apiserver
 //! and etcd on loopback ([`controlplane`]), and kube-fanout itself started
-//! in process against them ([`fanout`]), and the randomized fault test of
-//! the Watch contract ([`faults`]).
+//! in process against them ([`fanout`]) or as its binary ([`process`]), and
+//! the randomized fault test of the Watch contract ([`faults`]).
 
 pub mod controlplane;
 pub mod fanout;
 pub mod faults;
+pub mod process;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for

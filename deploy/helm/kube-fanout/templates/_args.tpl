@@ -1,0 +1,51 @@
+{{/*
+The container's command-line flags. The TLS and auth flags are the names
+issue 9 (security) gives kube-fanout; the others exist today
+(server/src/config.rs). Only values that are set are passed, so the
+binary's own defaults stay the defaults.
+*/}}
+{{- define "kube-fanout.args" -}}
+{{- range .Values.servedResources }}
+- {{ printf "--resource=%v" . | quote }}
+{{- end }}
+- {{ printf "--listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort)) | quote }}
+- {{ printf "--metrics-listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.metricsPort)) | quote }}
+{{- with .Values.config }}
+{{- if .logJson }}
+- "--log-json"
+{{- end }}
+{{- if .noWatchList }}
+- "--no-watch-list"
+{{- end }}
+{{- if .keepManagedFields }}
+- "--keep-managed-fields"
+{{- end }}
+{{- $numeric := dict "historyEvents" "history-events" "historySeconds" "history-seconds" "progressBookmarkSeconds" "progress-bookmark-seconds" "maxLagEvents" "max-lag-events" "maxLagBytes" "max-lag-bytes" "freshnessTimeoutMs" "freshness-timeout-ms" "pageSize" "page-size" "minWatchTimeoutSeconds" "min-watch-timeout-seconds" "maxInternalErrorRetrySeconds" "max-internal-error-retry-seconds" }}
+{{- range $key := keys $numeric | sortAlpha }}
+{{- $value := get $.Values.config $key }}
+{{- if not (kindIs "invalid" $value) }}
+- {{ printf "--%v=%v" (get $numeric $key) (int64 $value) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+- "--tls-cert-file=/etc/kube-fanout/tls/tls.crt"
+- "--tls-private-key-file=/etc/kube-fanout/tls/tls.key"
+{{- if .Values.tls.clientCA }}
+- "--client-ca-file=/etc/kube-fanout/tls/ca.crt"
+{{- end }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+{{- with .Values.auth.tokenAudiences }}
+- {{ printf "--token-audiences=%v" (join "," .) | quote }}
+{{- end }}
+{{- else }}
+- "--auth=none"
+{{- if .Values.auth.insecureAllowUnauthenticated }}
+- "--insecure-allow-unauthenticated"
+{{- end }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
