@@ -469,8 +469,10 @@ impl Store {
             });
         }
         if changes.is_empty() {
+            // An empty unit: nothing differs, but the history between S and
+            // L is still lost, and subscribers are told so.
             ring.resource_version = rv;
-            self.push(&mut ring, EventKind::Bookmark, rv, None, None, false);
+            self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
             let head = ring.head();
             drop(ring);
             self.head.send_replace(head);

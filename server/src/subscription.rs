@@ -229,8 +229,8 @@ struct Live {
     /// The RV of the last ring event read, delivered or filtered out:
     /// what a progress bookmark may promise.
     read_rv: ResourceVersion,
-    /// Inside a re-sync unit: whether any of its changes was delivered.
-    unit: Option<bool>,
+    /// Inside a re-sync unit: its changes are being read.
+    in_unit: bool,
     /// When the subscriber was last sent something.
     last_sent: Instant,
     /// Re-armed lazily: when it fires early it is moved to the real
@@ -390,7 +390,7 @@ impl Subscription {
             pending: VecDeque::new(),
             resume_from: rv,
             read_rv: rv,
-            unit: None,
+            in_unit: false,
             last_sent: now,
             progress: Box::pin(tokio::time::sleep_until(
                 now + self.limits.progress_interval,
@@ -474,10 +474,7 @@ async fn follow(
                     let deadline = live.last_sent + limits.progress_interval;
                     live.progress.as_mut().reset(deadline);
                     // Never inside a unit: its RV is no resume point yet.
-                    if spec.allow_bookmarks
-                        && live.unit.is_none()
-                        && live.read_rv > live.resume_from
-                    {
+                    if spec.allow_bookmarks && !live.in_unit && live.read_rv > live.resume_from {
                         live.resume_from = live.read_rv;
                         return Ok(bookmark(store, live.read_rv, Marker::None));
                     }
@@ -495,29 +492,23 @@ impl Live {
     fn handle(&mut self, store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
         let rv = event.resource_version;
         if event.closes_unit() {
-            let sent_any = self.unit.take().unwrap_or(false);
+            // Every subscriber is told the unit closed, even one that got
+            // nothing of it: the upstream lost history here, and a plain
+            // bookmark would claim nothing it might have seen happened.
+            // The same closing bookmark for all, so it is shared.
+            self.in_unit = false;
             self.resume_from = rv;
-            return if sent_any {
-                // The same closing bookmark for every subscriber that got
-                // part of the unit, so it is shared.
-                Some(Delivery {
-                    unchanged: Some(Unchanged(event.clone())),
-                    ..bookmark(store, rv, Marker::ResyncEnd)
-                })
-            } else {
-                // Nothing of the unit concerned this subscriber: it is at
-                // rv already, and may be told so like any bookmark.
-                spec.allow_bookmarks
-                    .then(|| bookmark(store, rv, Marker::None))
-            };
+            return Some(Delivery {
+                unchanged: Some(Unchanged(event.clone())),
+                ..bookmark(store, rv, Marker::ResyncEnd)
+            });
         }
         if event.resync {
-            self.unit.get_or_insert(false);
+            self.in_unit = true;
         }
         let delivery = deliver(store, spec, event)?;
-        match &mut self.unit {
-            Some(sent_any) => *sent_any = true,
-            None => self.resume_from = rv,
+        if !self.in_unit {
+            self.resume_from = rv;
         }
         Some(delivery)
     }
@@ -1010,13 +1001,14 @@ mod tests {
                 Ok((Bookmark, 9, true, String::new())),
             ]
         );
-        // Nothing of the unit concerns these: a plain bookmark at its RV
-        // where bookmarks are on, nothing where they are off.
-        assert_eq!(
-            deliveries(&mut others).await,
-            [Ok((Bookmark, 9, false, String::new()))]
-        );
-        assert!(deliveries(&mut quiet).await.is_empty());
+        // Nothing of the unit concerns these: they still get its close, with
+        // bookmarks off too, since the upstream lost history here.
+        for stream in [&mut others, &mut quiet] {
+            assert_eq!(
+                deliveries(stream).await,
+                [Ok((Bookmark, 9, true, String::new()))]
+            );
+        }
         // Live events after the unit are ordinary again.
         store.apply(Modified, object("d", 10, r#"{"app":"x"}"#));
         assert_eq!(
