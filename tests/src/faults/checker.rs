@@ -469,9 +469,9 @@ impl Checker<'_> {
                 self.live(&what, d)
             }
             Phase::Live if d.resync => {
-                if !self.check_rv(&what, d.rv) {
-                    // Checked once, at its start; the unit is still applied.
-                }
+                // Checked once, at its start; a unit at a wrong RV is
+                // still applied, so that its content is checked too.
+                let _reported = self.check_rv(&what, d.rv);
                 if d.kind == EventType::Bookmark {
                     self.end_unit(&what, d.rv, Vec::new());
                     return Phase::Live;
