@@ -469,9 +469,9 @@ impl Checker<'_> {
                 self.live(&what, d)
             }
             Phase::Live if d.resync => {
-                if !self.check_rv(&what, d.rv) {
-                    // Checked once, at its start; the unit is still applied.
-                }
+                // Checked once, at its start; a unit at a wrong RV is
+                // still applied, so that its content is checked too.
+                let _reported = self.check_rv(&what, d.rv);
                 if d.kind == EventType::Bookmark {
                     self.end_unit(&what, d.rv, Vec::new());
                     return Phase::Live;
@@ -993,6 +993,32 @@ mod tests {
         let kinds: Vec<Guarantee> = v.iter().map(|(g, _)| *g).collect();
         assert!(kinds.contains(&Guarantee::Reliable), "{v:?}");
         assert!(kinds.contains(&Guarantee::Unique), "{v:?}");
+    }
+
+    #[test]
+    fn what_the_upstream_lost_must_come_as_a_unit_even_an_empty_one() {
+        // y lives and dies inside the gap (11..13): nothing of the re-sync
+        // at 14 concerns a subscriber at 10 but the unit's end. A plain
+        // bookmark at 14 instead claims y's changes were delivered.
+        let t = truth(&[("x", 5, "a")], &[(11, "y", Some("a")), (13, "y", None)]);
+        let at_ten = || {
+            vec![
+                connect(0, "", true),
+                event(Added, 10, "x", 5, "a"),
+                bookmark(10, true, false),
+            ]
+        };
+        let mut closed = at_ten();
+        closed.push(bookmark(14, false, true));
+        assert_eq!(run(&t, true, closed), []);
+        let mut plain = at_ten();
+        plain.push(bookmark(14, false, false));
+        let v = run(&t, true, plain);
+        assert_eq!(
+            v.first().map(|(g, _)| *g),
+            Some(Guarantee::Reliable),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -311,7 +311,11 @@ async fn live(
                     if hang_up_now {
                         break Ending::HungUp;
                     }
-                    if b.slow {
+                    // Slow until the end is called: then a slow reader
+                    // catches up at full speed, so that one that still
+                    // does not reach the final RV shows a stall, not its
+                    // own reading rate.
+                    if b.slow && done.borrow().is_none() {
                         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
                     }
                 }
