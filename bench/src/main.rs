@@ -19,6 +19,10 @@
 //! A first, in-process run measures the fanout path alone, without tonic's
 //! HTTP/2 transport: the same subscribers' streams drained on one thread,
 //! each event written into a per-subscriber buffer as the codec would.
+//!
+//! `fanout-bench relist` is a case of its own (issue 8): the live-event
+//! latency of attached subscribers while the store relists a large list,
+//! against the same feed without the relist.
 
 use std::{
     io::{BufRead, Write},
@@ -36,7 +40,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube_fanout::{
     cache::{Cache, Served},
-    object::{Object, ResourceVersion, Transform, TypeMeta},
+    object::{Object, ResourceVersion, Transform, TypeMeta, object_key},
     resource::ResourceType,
     service::FanoutService,
     store::{EventKind, Store},
@@ -94,6 +98,37 @@ enum Command {
         /// Which server.
         mode: Mode,
     },
+    /// Live-event latency of attached subscribers while kube-fanout's store
+    /// relists (`Store::replace`) a large list, against the same feed
+    /// without a relist.
+    Relist(RelistArgs),
+}
+
+#[derive(clap::Args, Clone)]
+struct RelistArgs {
+    /// Objects in the store and in the relisted list.
+    #[arg(long, default_value_t = 100_000)]
+    objects: u64,
+    /// Percent of the listed objects that changed since the store's
+    /// contents (the rest are byte-identical).
+    #[arg(long, default_value_t = 3.0)]
+    changed_percent: f64,
+    /// Attached subscribers, all watching every object from the latest RV.
+    #[arg(long, default_value_t = 1000)]
+    subscribers: usize,
+    /// HTTP/2 connections the subscribers share.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Live events per second, before, during and after the relist.
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Length of each window, in seconds: one to settle, one without a
+    /// relist, then one with the relist a quarter of the way in.
+    #[arg(long, default_value_t = 5.0)]
+    window_seconds: f64,
+    /// Size of each object's JSON, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -138,6 +173,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Serve { mode }) => serve(mode),
+        Some(Command::Relist(args)) => tokio::runtime::Runtime::new()?.block_on(relist(args)),
         None => {
             let (mut naive, mut fanout) = (Vec::new(), Vec::new());
             for _ in 0..cli.run.repeat.max(1) {
@@ -248,7 +284,8 @@ fn thread_cpu_ns() -> anyhow::Result<u64> {
 // ---------------------------------------------------------------- server
 
 /// Runs a server and obeys commands on stdin, one per line, answering
-/// each on stdout: `feed COUNT RATE SIZE`, `load COUNT SIZE`, `cpu`.
+/// each on stdout: `feed COUNT RATE SIZE`, `load COUNT SIZE`, `cpu`,
+/// `steady COUNT RATE SIZE [CHANGED_PERCENT]`.
 fn serve(mode: Mode) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
@@ -277,6 +314,14 @@ fn serve(mode: Mode) -> anyhow::Result<()> {
                 feeder.feed(count.parse()?, rate.parse()?, size.parse()?)?
             }
             ["load", count, size] => feeder.load(count.parse()?, size.parse()?)?,
+            ["steady", count, rate, size, changed @ ..] => {
+                let relist = match changed {
+                    [] => None,
+                    [percent] => Some(percent.parse()?),
+                    _ => bail!("unknown command {line:?}"),
+                };
+                feeder.steady(count.parse()?, rate.parse()?, size.parse()?, relist)?
+            }
             ["cpu"] => println!("{}", cpu_ns()?),
             _ => bail!("unknown command {line:?}"),
         }
@@ -315,7 +360,7 @@ impl Feeder {
         match self {
             Feeder::Store(store) => {
                 let rv = store.head().resource_version.0 + 1;
-                let object = parse(&object_json(rv % KEYS, rv, size))?;
+                let object = parse(&object_json(rv % KEYS, rv, size, Some(now_nanos())))?;
                 // A new key is ADDED, as the API server would say, so that
                 // every subscriber receives the event unchanged.
                 let kind = match store.get(&object.key) {
@@ -330,11 +375,64 @@ impl Feeder {
                 let _ = events.send(WatchEvent {
                     r#type: EventType::Modified.into(),
                     resource_version: rv.to_string(),
-                    object: object_json(*rv % KEYS, *rv, size),
+                    object: object_json(*rv % KEYS, *rv, size, Some(now_nanos())),
                     ..Default::default()
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Feeds `count` events at `rate` per second, each stamped with the
+    /// time it was due (not the time it was made), so time the single
+    /// writer spends in a relist counts against the events queued behind
+    /// it, as a reflector's watch events queue behind its relist. With
+    /// `relist`, a quarter of the way in, replaces the store's contents
+    /// with the list a LIST would return now, `relist` percent of it
+    /// changed (built beforehand: the reflector has it before it replaces).
+    /// Answers `fed RELIST_START_NS REPLACE_NS` (zeros without a relist).
+    fn steady(
+        &mut self,
+        count: u64,
+        rate: f64,
+        size: usize,
+        relist: Option<f64>,
+    ) -> anyhow::Result<()> {
+        let Feeder::Store(store) = self else {
+            bail!("only kube-fanout has a store to relist");
+        };
+        let store = store.clone();
+        // The objects the feed does not touch (`cm-KEYS` and up), listed
+        // now; the fed ones join the list when it replaces the store, as
+        // they are then, so they do not change.
+        let all = store.len() as u64;
+        let list = relist
+            .map(|percent| listed(&store, KEYS..all, percent, size))
+            .transpose()?;
+        let mut list = list.map(|l| (count / 4, l));
+        let (start, start_ns) = (Instant::now(), now_nanos());
+        let (mut relist_start, mut replace) = (0, Duration::ZERO);
+        for i in 0..count {
+            let due = Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+            if list.as_ref().is_some_and(|(at, _)| *at == i)
+                && let Some((_, mut objects)) = list.take()
+            {
+                relist_start = now_nanos();
+                let began = Instant::now();
+                objects.extend(listed(&store, 0..KEYS.min(all), 0.0, size)?);
+                let rv = store.head().resource_version.0 + 1;
+                store.replace(objects, ResourceVersion(rv));
+                replace = began.elapsed();
+            }
+            let rv = store.head().resource_version.0 + 1;
+            let sent = start_ns + due.as_nanos() as u64;
+            let object = parse(&object_json(rv % KEYS, rv, size, Some(sent)))?;
+            store.apply(EventKind::Modified, object);
+        }
+        println!("fed {relist_start} {}", replace.as_nanos());
         Ok(())
     }
 
@@ -345,12 +443,38 @@ impl Feeder {
         };
         let rv = store.head().resource_version.0 + 1;
         let objects = (0..count)
-            .map(|i| parse(&object_json(i, rv, size)))
+            .map(|i| parse(&object_json(i, rv, size, None)))
             .collect::<Result<Vec<_>, _>>()?;
         store.replace(objects, ResourceVersion(rv));
         println!("loaded");
         Ok(())
     }
+}
+
+/// The objects of `range` as a LIST would return them now: as the store
+/// has them, except about `percent` of them changed at a new RV.
+fn listed(
+    store: &Store,
+    range: std::ops::Range<u64>,
+    percent: f64,
+    size: usize,
+) -> anyhow::Result<Vec<Object>> {
+    let rv = store.head().resource_version.0 + 1;
+    let changed = ((range.end - range.start) as f64 * percent / 100.0) as u64;
+    let stride = ((range.end - range.start) / changed.max(1)).max(1);
+    range
+        .clone()
+        .map(|i| {
+            let n = i - range.start;
+            if n.is_multiple_of(stride) && n / stride < changed {
+                // A different size: the data really changed.
+                return parse(&object_json(i, rv, size + 1, None));
+            }
+            let key = object_key("bench", &format!("cm-{i}"));
+            let object = store.get(&key).context("a loaded object is missing")?;
+            Ok(Object::clone(&object))
+        })
+        .collect()
 }
 
 fn configmaps() -> ResourceType {
@@ -377,11 +501,15 @@ fn parse(json: &str) -> anyhow::Result<Object> {
     Ok(Object::from_json(json, &meta, Transform::default())?)
 }
 
-/// A ConfigMap of about `size` bytes of JSON that says when it was made.
-fn object_json(name: u64, rv: u64, size: usize) -> String {
-    let sent = now_nanos();
+/// A ConfigMap of about `size` bytes of JSON that says when it was sent
+/// (a live event, whose latency subscribers measure) or not (a listed
+/// object).
+fn object_json(name: u64, rv: u64, size: usize, sent: Option<u64>) -> String {
+    let sent = sent
+        .map(|ns| format!(r#""sent":"{ns}","#))
+        .unwrap_or_default();
     let mut json = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"bench","resourceVersion":"{rv}"}},"data":{{"sent":"{sent}","pad":""#
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"bench","resourceVersion":"{rv}"}},"data":{{{sent}"pad":""#
     );
     let pad = size.saturating_sub(json.len() + 3);
     json.extend(std::iter::repeat_n('x', pad));
@@ -517,6 +645,8 @@ impl ServerProcess {
 #[derive(Default)]
 struct Seen {
     events: AtomicU64,
+    /// Events carrying the time they were sent: live events.
+    live: AtomicU64,
     object_bytes: AtomicU64,
     /// Subscribers that received at least one event.
     ready: AtomicU64,
@@ -537,14 +667,18 @@ impl Seen {
     }
 }
 
+/// One live event received: when it was sent (ns since the epoch) and
+/// how long it took to arrive (µs).
+type Receipt = (u64, u32);
+
 /// Opens `count` watches spread over `channels`; each task returns the
-/// latencies (µs) it recorded once its stream ends.
+/// receipts it recorded once its stream ends.
 fn subscribe(
     channels: &[Channel],
     count: usize,
     initial_events: bool,
     seen: &Arc<Seen>,
-) -> Vec<JoinHandle<Vec<u32>>> {
+) -> Vec<JoinHandle<Vec<Receipt>>> {
     (0..count)
         .map(|i| {
             let mut client = KubeFanoutClient::new(channels[i % channels.len()].clone());
@@ -568,10 +702,12 @@ fn subscribe(
                     seen.events.fetch_add(1, Ordering::Relaxed);
                     seen.object_bytes
                         .fetch_add(event.object.len() as u64, Ordering::Relaxed);
-                    if seen.recording.load(Ordering::Relaxed)
-                        && let Some(sent) = sent_at(&event.object)
-                    {
-                        latencies.push((now_nanos().saturating_sub(sent) / 1000) as u32);
+                    if let Some(sent) = sent_at(&event.object) {
+                        seen.live.fetch_add(1, Ordering::Relaxed);
+                        if seen.recording.load(Ordering::Relaxed) {
+                            let latency = now_nanos().saturating_sub(sent) / 1000;
+                            latencies.push((sent, latency as u32));
+                        }
                     }
                 }
                 latencies
@@ -642,20 +778,25 @@ async fn deliveries(mode: Mode, args: &RunArgs) -> anyhow::Result<Deliveries> {
     drop(server);
     let mut latencies = Vec::new();
     for task in tasks {
-        latencies.extend(task.await?);
+        latencies.extend(task.await?.into_iter().map(|(_, latency)| latency));
     }
-    latencies.sort_unstable();
-    let at = |q: f64| {
-        let i = ((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1));
-        Duration::from_micros(latencies.get(i).copied().unwrap_or(0).into())
-    };
+    let [p50, p99, max] = percentiles(latencies, [0.5, 0.99, 1.0]);
     Ok(Deliveries {
         deliveries: expected,
         cpu,
         wall,
-        p50: at(0.5),
-        p99: at(0.99),
-        max: at(1.0),
+        p50,
+        p99,
+        max,
+    })
+}
+
+/// The `qs` quantiles of latencies in µs (zero when there are none).
+fn percentiles<const N: usize>(mut latencies: Vec<u32>, qs: [f64; N]) -> [Duration; N] {
+    latencies.sort_unstable();
+    qs.map(|q| {
+        let i = ((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1));
+        Duration::from_micros(latencies.get(i).copied().unwrap_or(0).into())
     })
 }
 
@@ -771,6 +912,116 @@ async fn run(args: RunArgs, [core_naive, core_fanout]: [Duration; 2]) -> anyhow:
             "snapshot: {} objects of {} B to one subscriber in {wall:.2?}: {rate:.0} MB/s of objects, server CPU {cpu:.2?}",
             args.snapshot_objects, args.size
         );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- relist
+
+/// Issue 8's case: `subscribers` watches on a store of `objects` objects
+/// get live events at a steady rate for three windows of equal length.
+/// The first only settles the server and is not reported: right after the
+/// subscribers attach, latency is far above its steady state (a debug
+/// build showed p50 0.7 s there and 26 ms in the next window). In the
+/// third, a quarter of the way in, the store relists (`Store::replace`
+/// with a full list, `changed_percent` of it changed). Reports the live
+/// events' latency (from when each was due) in the second window, and in
+/// the third before and from the relist on.
+async fn relist(args: RelistArgs) -> anyhow::Result<()> {
+    if args.objects < KEYS {
+        bail!(
+            "--objects must be at least {KEYS}: the live feed changes cm-0 to cm-{}",
+            KEYS - 1
+        );
+    }
+    let mut server = ServerProcess::start(Mode::Fanout).await?;
+    let loaded = server
+        .command(&format!("load {} {}", args.objects, args.size))
+        .await?;
+    if loaded != "loaded" {
+        bail!("loading the store: {loaded}");
+    }
+    let channels = server.connect(args.connections).await?;
+    let seen = Arc::new(Seen::default());
+    let tasks = subscribe(&channels, args.subscribers, false, &seen);
+    warm_up(&mut server, &seen, args.subscribers).await?;
+    seen.recording.store(true, Ordering::Relaxed);
+    let count = (args.rate * args.window_seconds).ceil() as u64;
+    let mut windows = Vec::new();
+    for relist in [None, None, Some(args.changed_percent)] {
+        let before = seen.live.load(Ordering::Relaxed);
+        let others_before = seen.events.load(Ordering::Relaxed) - before;
+        let start = now_nanos();
+        let command = format!("steady {count} {} {}", args.rate, args.size);
+        let answer = match relist {
+            None => server.command(&command).await?,
+            Some(percent) => server.command(&format!("{command} {percent}")).await?,
+        };
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        let ["fed", relist_start, replace] = words.as_slice() else {
+            bail!("feeding: {answer}");
+        };
+        let expected = count * args.subscribers as u64;
+        seen.wait("live events", |s| {
+            s.live.load(Ordering::Relaxed) - before >= expected
+        })
+        .await?;
+        // What else arrived, before the window's last live event: the
+        // relist's changes (and bookmarks).
+        let others =
+            seen.events.load(Ordering::Relaxed) - seen.live.load(Ordering::Relaxed) - others_before;
+        windows.push((
+            start,
+            relist_start.parse::<u64>()?,
+            Duration::from_nanos(replace.parse()?),
+            others,
+        ));
+    }
+    drop(server);
+    let mut receipts = Vec::new();
+    for task in tasks {
+        receipts.extend(task.await?);
+    }
+    let [
+        _settling,
+        (quiet, ..),
+        (relisting, relist_start, replace, others),
+    ] = windows[..]
+    else {
+        bail!("three windows were fed");
+    };
+    let latencies = |from: u64, to: u64| -> Vec<u32> {
+        receipts
+            .iter()
+            .filter(|(sent, _)| (from..to).contains(sent))
+            .map(|(_, latency)| *latency)
+            .collect()
+    };
+    println!(
+        "relist: {} objects of {} B, {}% changed; {} subscribers over {} connections; live events at {}/s, windows of {} s",
+        args.objects,
+        args.size,
+        args.changed_percent,
+        args.subscribers,
+        args.connections,
+        args.rate,
+        args.window_seconds
+    );
+    println!(
+        "Store::replace took {replace:.2?} on the writer; each subscriber received {:.1} other events (the relist's changes, bookmarks) in its window",
+        others as f64 / args.subscribers as f64
+    );
+    println!("| live events | deliveries | p50 | p99 | max |");
+    println!("|---|---|---|---|---|");
+    for (name, from, to) in [
+        ("without a relist", quiet, relisting),
+        ("relist window, before the relist", relisting, relist_start),
+        ("relist window, from the relist on", relist_start, u64::MAX),
+    ] {
+        let window = latencies(from, to);
+        let n = window.len();
+        let [p50, p99, max] = percentiles(window, [0.5, 0.99, 1.0]);
+        println!("| {name} | {n} | {p50:.2?} | {p99:.2?} | {max:.2?} |");
     }
     Ok(())
 }

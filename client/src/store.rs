@@ -74,7 +74,10 @@ where
 
 /// Watches `api` (see [`watch`](crate::watch)) into a [`LocalStore`]. The
 /// store follows the stream as it is polled, like kube-runtime's
-/// `reflector`; after a re-snapshot it holds exactly the new snapshot.
+/// `reflector`; after a re-snapshot it holds exactly the new snapshot, and
+/// a re-sync unit replaces its contents at once (see
+/// [`watcher`](mod@crate::watcher)): a reader never sees a state the API
+/// server did not have.
 pub fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,

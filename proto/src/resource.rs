@@ -19,7 +19,7 @@ pub struct GroupVersionResource {
 }
 
 /// A resource name not of the form `VERSION/RESOURCE` or
-/// `GROUP/VERSION/RESOURCE`. It quotes at most [`QUOTED_CHARS`] characters
+/// `GROUP/VERSION/RESOURCE`. It quotes at most 100 characters
 /// of the name: the name may come from anyone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
