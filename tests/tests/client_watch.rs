@@ -1,6 +1,7 @@
 //! kube-fanout-client's watcher end to end, on a real kube-apiserver and
 //! etcd: it survives replicas going away and coming back with no lost and
-//! no duplicated event, and re-snapshots when its resume point is gone.
+//! no duplicated event, re-snapshots when its resume point is gone, and
+//! takes a real relist's re-sync unit as one replacement of its store.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -8,7 +9,9 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
-    api::{Api as KubeApi, DeleteParams, DynamicObject, ListParams, PostParams},
+    api::{
+        Api as KubeApi, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    },
     discovery::ApiResource,
 };
 use kube_fanout_client::{Api, ClientConfig, LocalStore, reflect};
@@ -264,5 +267,103 @@ async fn the_watcher_survives_replicas_going_away_and_resnapshots_when_its_rv_ex
     }
     assert_eq!(names, truth(&kube).await?.into_keys().collect::<Vec<_>>());
     a.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_relist_reaches_the_watchers_store_as_one_replacement() -> Result<()> {
+    init_logging();
+    let mut cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, NS).await?;
+    for i in 0..5 {
+        create_configmap(&cp.client, NS, &format!("cm-{i}"), "v1").await?;
+    }
+    let fanout = Fanout::start(cp.client.clone(), RESOURCES).await?;
+    fanout.wait_synced().await?;
+    let api = Api::<ConfigMap>::namespaced(fanout.client().await?, NS);
+    // Every event with the store's contents right after it: what a reader
+    // of the store could see.
+    let (store, stream) = reflect(api, Config::default(), ());
+    let (tx, mut events) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let event = event.expect("no failure reaches this watcher");
+            let objects: BTreeMap<String, ConfigMap> = store
+                .list()
+                .iter()
+                .map(|cm| (cm.metadata.name.clone().unwrap_or_default(), (**cm).clone()))
+                .collect();
+            if tx.send((seen(&event), contents(&objects))).is_err() {
+                return;
+            }
+        }
+    });
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(60), events.recv())
+            .await
+            .context("no event in time")?
+            .context("the watcher ended")
+    };
+    let mut before = Vec::new();
+    while before
+        .last()
+        .is_none_or(|(e, _): &(Seen, Contents)| e.0 != "InitDone")
+    {
+        before.push(next().await?);
+    }
+    let (_, synced) = before.pop().context("the snapshot")?;
+    assert_eq!(synced, truth(&cp.client).await?);
+
+    // While the API server kube-fanout watches is down, another one on the
+    // same etcd takes writes. The restarted one's watch cache starts after
+    // kube-fanout's RV: its watch gets a real 410 and it relists, sending
+    // the difference as one re-sync unit.
+    cp.kill_apiserver().await?;
+    let other = cp.start_extra_apiserver().await?;
+    let writes = KubeApi::<ConfigMap>::namespaced(other.clone(), NS);
+    for i in 0..3 {
+        writes
+            .delete(&format!("cm-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 0..10 {
+        let patch = serde_json::json!({ "data": { "value": format!("v{i}") } });
+        writes
+            .patch("cm-4", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    create_configmap(&other, NS, "newcomer", "v1").await?;
+    cp.restart_apiserver().await?;
+    let after = truth(&cp.client).await?;
+
+    // Everything until the store equals the API server again.
+    let mut unit = vec![next().await?];
+    while unit.last().is_some_and(|(_, state)| *state != after) {
+        unit.push(next().await?);
+    }
+    let kinds: Vec<(&str, String)> = unit.iter().map(|((k, n, _), _)| (*k, n.clone())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Init", String::new()),
+            ("InitApply", "cm-3".into()),
+            ("InitApply", "cm-4".into()),
+            ("InitApply", "newcomer".into()),
+            ("InitDone", String::new()),
+        ],
+        "the relist arrives as one replacement, not as Applys and Deletes"
+    );
+    for (event, state) in &unit {
+        assert!(
+            *state == synced || *state == after,
+            "after {event:?} the store held a state the API server never had: {state:?}"
+        );
+    }
+
+    // Live again after it.
+    let fresh = create_configmap(&cp.client, NS, "later", "v1").await?;
+    assert_eq!(next().await?.0, applied(&fresh));
+    fanout.stop().await?;
     Ok(())
 }
