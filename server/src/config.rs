@@ -5,8 +5,14 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 use crate::{
-    object::Transform, reflector::ReflectorConfig, resource::GroupVersionResource,
-    store::HistoryLimits, subscription::Limits,
+    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl},
+    object::Transform,
+    reflector::ReflectorConfig,
+    resource::GroupVersionResource,
+    server::{AuthOptions, Security},
+    store::HistoryLimits,
+    subscription::Limits,
+    tls::TlsFiles,
 };
 
 /// kube-fanout: one LIST+WATCH per resource type against the API server,
@@ -99,6 +105,89 @@ pub struct Config {
     /// Log as JSON lines instead of text.
     #[arg(long)]
     pub log_json: bool,
+
+    /// Serve TLS with this PEM certificate (chain, leaf first); read again
+    /// whenever the file changes, so rotation needs no restart.
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_TLS_CERT_FILE",
+        requires = "tls_private_key_file"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert-file; read again when it changes.
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// PEM CA bundle for client certificates (mTLS): a verified
+    /// certificate's CN is the user and its O entries the groups, as the API
+    /// server maps them. Callers without one use a bearer token.
+    #[arg(long, env = "KUBE_FANOUT_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// `kubernetes`: every caller authenticated (TokenReview or client
+    /// certificate) and every request authorized (SubjectAccessReview).
+    /// `none`: no checks at all, only on loopback unless
+    /// --insecure-allow-unauthenticated.
+    #[arg(long, value_enum, default_value_t = AuthMode::Kubernetes, env = "KUBE_FANOUT_AUTH")]
+    pub auth: AuthMode,
+
+    /// With --auth=none, listen on a non-loopback address anyway: every
+    /// caller who reaches the port reads every served object.
+    #[arg(long, env = "KUBE_FANOUT_INSECURE_ALLOW_UNAUTHENTICATED")]
+    pub insecure_allow_unauthenticated: bool,
+
+    /// Audiences a bearer token must be for (comma-separated), e.g. the one
+    /// a projected ServiceAccount token is minted for. Unset: the API
+    /// server's own audiences.
+    #[arg(long, value_delimiter = ',', env = "KUBE_FANOUT_AUTH_TOKEN_AUDIENCES")]
+    pub auth_token_audiences: Vec<String>,
+
+    /// Seconds an accepted token's TokenReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 120,
+        env = "KUBE_FANOUT_AUTH_TOKEN_CACHE_TTL_SECONDS"
+    )]
+    pub auth_token_cache_ttl_seconds: u64,
+
+    /// Seconds a rejected token's TokenReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 10,
+        env = "KUBE_FANOUT_AUTH_TOKEN_FAILURE_CACHE_TTL_SECONDS"
+    )]
+    pub auth_token_failure_cache_ttl_seconds: u64,
+
+    /// Seconds an allowed SubjectAccessReview answer is cached; also the
+    /// most an open watch outlives the revocation of its permission.
+    #[arg(
+        long,
+        default_value_t = 60,
+        env = "KUBE_FANOUT_AUTHZ_ALLOWED_CACHE_TTL_SECONDS"
+    )]
+    pub authz_allowed_cache_ttl_seconds: u64,
+
+    /// Seconds a denied SubjectAccessReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 30,
+        env = "KUBE_FANOUT_AUTHZ_DENIED_CACHE_TTL_SECONDS"
+    )]
+    pub authz_denied_cache_ttl_seconds: u64,
+}
+
+/// How callers are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// TokenReview / client certificates, and SubjectAccessReview.
+    Kubernetes,
+    /// No authentication or authorization.
+    None,
 }
 
 impl Config {
@@ -124,6 +213,35 @@ impl Config {
             progress_interval: Duration::from_secs(self.progress_bookmark_seconds),
             max_lag_events: self.max_lag_events,
             max_lag_bytes: self.max_lag_bytes,
+        }
+    }
+
+    /// The TLS, authentication and authorization these flags describe.
+    pub fn security(&self) -> Security {
+        let secs = Duration::from_secs;
+        Security {
+            tls: self
+                .tls_cert_file
+                .clone()
+                .zip(self.tls_private_key_file.clone())
+                .map(|(cert, key)| TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.client_ca_file.clone(),
+                }),
+            auth: (self.auth == AuthMode::Kubernetes).then(|| AuthOptions {
+                audiences: self.auth_token_audiences.clone(),
+                token_ttl: TokenCacheTtl {
+                    success: secs(self.auth_token_cache_ttl_seconds),
+                    failure: secs(self.auth_token_failure_cache_ttl_seconds),
+                },
+                decision_ttl: DecisionCacheTtl {
+                    allowed: secs(self.authz_allowed_cache_ttl_seconds),
+                    denied: secs(self.authz_denied_cache_ttl_seconds),
+                },
+                ..AuthOptions::default()
+            }),
+            allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
         }
     }
 

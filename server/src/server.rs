@@ -1,16 +1,19 @@
 //! Wiring: discover the resource types, start one reflector each, and
 //! serve the gRPC API with health and reflection until cancelled.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use futures::TryFutureExt;
 use kube_fanout_proto::v1::{FILE_DESCRIPTOR_SET, kube_fanout_server::KubeFanoutServer};
 use tokio::{net::TcpListener, task::JoinSet};
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::{
+    auth::{
+        Access, Authenticator, Authorizer, authn::TokenCacheTtl, authz::DecisionCacheTtl,
+        layer::AuthenticateLayer, reviews::KubeReviews,
+    },
     cache::{Cache, Served},
     metrics,
     reflector::{Reflector, ReflectorConfig},
@@ -18,6 +21,7 @@ use crate::{
     service::FanoutService,
     store::{HistoryLimits, Store},
     subscription::Limits,
+    tls::{self, TlsError, TlsFiles},
 };
 
 /// What the server needs besides an API client and a listener.
@@ -33,6 +37,55 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// TLS, authentication and authorization.
+    pub security: Security,
+}
+
+/// How callers are secured. The default is what `--auth=none` on loopback
+/// gives: plaintext, everyone allowed (for tests; the binary defaults to
+/// authentication and authorization on).
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Serve TLS from these files.
+    pub tls: Option<TlsFiles>,
+    /// Authenticate and authorize every request; `None` is `--auth=none`.
+    pub auth: Option<AuthOptions>,
+    /// With `auth: None`, listen on a non-loopback address all the same
+    /// (`--insecure-allow-unauthenticated`).
+    pub allow_unauthenticated_remote: bool,
+}
+
+/// How callers are authenticated and authorized.
+#[derive(Debug, Clone)]
+pub struct AuthOptions {
+    /// The audiences a bearer token must be for (empty: the API server's).
+    pub audiences: Vec<String>,
+    /// How long TokenReview answers are cached.
+    pub token_ttl: TokenCacheTtl,
+    /// How long SubjectAccessReview answers are cached.
+    pub decision_ttl: DecisionCacheTtl,
+    /// How long one review may take before the request fails UNAVAILABLE.
+    pub review_timeout: Duration,
+}
+
+impl Default for AuthOptions {
+    /// The API server's own webhook defaults for tokens (2 min, failures
+    /// 10 s); a minute for allowed decisions, which also bounds how long a
+    /// watch outlives a revocation, and 30 s for denied ones.
+    fn default() -> Self {
+        AuthOptions {
+            audiences: Vec::new(),
+            token_ttl: TokenCacheTtl {
+                success: Duration::from_secs(120),
+                failure: Duration::from_secs(10),
+            },
+            decision_ttl: DecisionCacheTtl {
+                allowed: Duration::from_secs(60),
+                denied: Duration::from_secs(30),
+            },
+            review_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Why the server could not start or stopped.
@@ -50,6 +103,14 @@ pub enum ServeError {
     /// The listener could not be read.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// Unauthenticated serving on a non-loopback address, not allowed.
+    #[error(
+        "refusing to serve without authentication on {0}, which is not a loopback address: remove --auth=none, or add --insecure-allow-unauthenticated"
+    )]
+    Unauthenticated(SocketAddr),
 }
 
 /// The gRPC service name that health reports on besides "".
@@ -150,9 +211,18 @@ pub async fn start(
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone());
     let local_addr = listener.local_addr()?;
+    let (access, authenticate) = secure(&client, &options.security, local_addr)?;
+    let tls = options
+        .security
+        .tls
+        .as_ref()
+        .map(tls::acceptor)
+        .transpose()?;
+    let service =
+        FanoutService::new(cache.clone(), options.limits, cancel.clone()).with_access(access);
     let router = tonic::transport::Server::builder()
+        .layer(tower::util::option_layer(authenticate))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
@@ -162,7 +232,7 @@ pub async fn start(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    TcpListenerStream::new(listener),
+                    tls::incoming(listener, tls, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;
@@ -178,6 +248,35 @@ pub async fn start(
         tasks,
         cancel,
     })
+}
+
+/// The access checks and the authentication layer `security` asks for;
+/// refuses to serve unauthenticated beyond loopback unless told to.
+fn secure(
+    client: &kube::Client,
+    security: &Security,
+    addr: SocketAddr,
+) -> Result<(Access, Option<AuthenticateLayer>), ServeError> {
+    let Some(auth) = &security.auth else {
+        if !addr.ip().is_loopback() && !security.allow_unauthenticated_remote {
+            return Err(ServeError::Unauthenticated(addr));
+        }
+        warn!(
+            %addr,
+            "authentication and authorization are off (--auth=none): every caller sees every served object"
+        );
+        return Ok((Access::open(), None));
+    };
+    let reviews = Arc::new(KubeReviews::new(client.clone(), auth.review_timeout));
+    let authenticator = Authenticator::new(reviews.clone(), auth.audiences.clone(), auth.token_ttl);
+    let authorizer = Authorizer::new(reviews, auth.decision_ttl);
+    if security.tls.is_none() {
+        warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
+    }
+    Ok((
+        Access::checked(Arc::new(authorizer)),
+        Some(AuthenticateLayer::new(Arc::new(authenticator))),
+    ))
 }
 
 /// Reports SERVING once every store has synced (the API server's own

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::{
+    auth::{Access, Attributes, AuthError, Grant, Verb},
     cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
@@ -30,6 +31,7 @@ pub struct FanoutService {
     limits: Limits,
     shutdown: CancellationToken,
     encoder: Arc<WatchEncoder>,
+    access: Access,
 }
 
 impl FanoutService {
@@ -41,7 +43,38 @@ impl FanoutService {
             limits,
             shutdown,
             encoder: Arc::default(),
+            access: Access::open(),
         }
+    }
+
+    /// Checks every request with `access` (the default lets all through).
+    pub fn with_access(self, access: Access) -> Self {
+        FanoutService { access, ..self }
+    }
+
+    /// Authorizes `verb` on a request's resource, namespace and name, as the
+    /// API server would authorize the same request: the one place requests
+    /// are let through.
+    async fn authorize(
+        &self,
+        extensions: &http::Extensions,
+        verb: Verb,
+        resource: Option<&pb::ResourceRef>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Grant, RequestError> {
+        let r = resource
+            .filter(|r| !r.version.is_empty() && !r.resource.is_empty())
+            .ok_or(RequestError::MissingResource)?;
+        let attributes = Attributes {
+            verb,
+            group: r.group.clone(),
+            version: r.version.clone(),
+            resource: r.resource.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        Ok(self.access.authorize(extensions, attributes).await?)
     }
 
     fn served(&self, resource: Option<pb::ResourceRef>) -> Result<Arc<Served>, RequestError> {
@@ -190,11 +223,30 @@ impl KubeFanout for FanoutService {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let r = request.get_ref();
+        let grant = self
+            .authorize(
+                request.extensions(),
+                Verb::Watch,
+                r.resource.as_ref(),
+                &r.namespace,
+                "",
+            )
+            .await?;
         let stream = self.start_watch(request.into_inner())?;
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(grant.guard(stream))))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let r = request.get_ref();
+        self.authorize(
+            request.extensions(),
+            Verb::List,
+            r.resource.as_ref(),
+            &r.namespace,
+            "",
+        )
+        .await?;
         Ok(Response::new(FanoutService::list(
             self,
             request.into_inner(),
@@ -202,6 +254,15 @@ impl KubeFanout for FanoutService {
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let r = request.get_ref();
+        self.authorize(
+            request.extensions(),
+            Verb::Get,
+            r.resource.as_ref(),
+            &r.namespace,
+            &r.name,
+        )
+        .await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -210,9 +271,24 @@ impl KubeFanout for FanoutService {
 
     async fn list_resources(
         &self,
-        _request: Request<ListResourcesRequest>,
+        request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
-        Ok(Response::new(self.list_resources()))
+        let mut response = self.list_resources();
+        // Only the types the caller may list at the cluster scope.
+        let mut visible = Vec::with_capacity(response.resources.len());
+        for status in response.resources {
+            let resource = status.resource.as_ref();
+            match self
+                .authorize(request.extensions(), Verb::List, resource, "", "")
+                .await
+            {
+                Ok(_) => visible.push(status),
+                Err(RequestError::Auth(AuthError::Denied { .. })) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        response.resources = visible;
+        Ok(Response::new(response))
     }
 }
 
