@@ -4,6 +4,7 @@
 
 pub mod controlplane;
 pub mod fanout;
+pub mod pki;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for

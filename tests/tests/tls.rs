@@ -12,55 +12,21 @@ use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, user_token},
     fanout::Fanout,
+    pki::{Ca, Pair},
     support::{
         create_configmap, create_namespace, next_change, read_snapshot, run, tool, watch_list,
     },
 };
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::{Code, transport::Identity};
 
-/// A CA that signs serving and client certificates.
-struct Ca(CertifiedIssuer<'static, KeyPair>);
-
-impl Ca {
-    fn new() -> Result<Self> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        Ok(Ca(CertifiedIssuer::self_signed(
-            params,
-            KeyPair::generate()?,
-        )?))
-    }
-
-    fn pem(&self) -> String {
-        self.0.pem()
-    }
-
-    /// A serving certificate for loopback: (cert PEM, key PEM).
-    fn serving(&self) -> Result<(String, String)> {
-        let key = KeyPair::generate()?;
-        let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?
-            .signed_by(&key, &self.0)?;
-        Ok((cert.pem(), key.serialize_pem()))
-    }
-
-    /// A client certificate for `user` in `group`.
-    fn client(&self, user: &str, group: &str) -> Result<Identity> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, user);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, group);
-        let cert = params.signed_by(&key, &self.0)?;
-        Ok(Identity::from_pem(cert.pem(), key.serialize_pem()))
-    }
+fn write_serving(dir: &Path, pair: Pair) -> Result<()> {
+    std::fs::write(dir.join("tls.key"), pair.key)?;
+    std::fs::write(dir.join("tls.crt"), pair.cert)?;
+    Ok(())
 }
 
-fn write_serving(dir: &Path, (cert, key): (String, String)) -> Result<()> {
-    std::fs::write(dir.join("tls.key"), key)?;
-    std::fs::write(dir.join("tls.crt"), cert)?;
-    Ok(())
+fn identity(pair: Pair) -> Identity {
+    Identity::from_pem(pair.cert, pair.key)
 }
 
 async fn connect(
@@ -125,7 +91,11 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     grant_group(&admin, "a", "team-x").await?;
 
     let dir = tempfile::tempdir()?;
-    let (serving_ca, client_ca, stranger_ca) = (Ca::new()?, Ca::new()?, Ca::new()?);
+    let (serving_ca, client_ca, stranger_ca) = (
+        Ca::new("serving")?,
+        Ca::new("clients")?,
+        Ca::new("strangers")?,
+    );
     write_serving(dir.path(), serving_ca.serving()?)?;
     std::fs::write(dir.path().join("client-ca.crt"), client_ca.pem())?;
     let files = TlsFiles {
@@ -144,7 +114,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let mut frank = connect(
         &fanout,
         &serving_ca.pem(),
-        Some(client_ca.client("frank", "team-x")?),
+        Some(identity(client_ca.client("frank", "team-x")?)),
         None,
     )
     .await?;
@@ -173,7 +143,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     // request; the stranger also carries a valid token, so only the
     // refused certificate can make the request fail.)
     let stranger = async {
-        let identity = stranger_ca.client("mallory", "team-x")?;
+        let identity = identity(stranger_ca.client("mallory", "team-x")?);
         let mut client = connect(
             &fanout,
             &serving_ca.pem(),
@@ -200,7 +170,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
 
     // Rotation: new files, signed by another CA. New connections get the
     // new certificate; the open watch goes on.
-    let rotated_ca = Ca::new()?;
+    let rotated_ca = Ca::new("rotated")?;
     write_serving(dir.path(), rotated_ca.serving()?)?;
     connect(&fanout, &rotated_ca.pem(), None, Some(&user_token("bob")))
         .await?
