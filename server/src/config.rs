@@ -253,3 +253,33 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        let mut argv = vec!["kube-fanout", "--resource", "v1/configmaps"];
+        argv.extend_from_slice(args);
+        Config::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn authentication_and_authorization_are_on_unless_turned_off() {
+        let security = parse(&[]).security();
+        assert!(security.auth.is_some());
+        assert!(security.tls.is_none());
+        assert!(parse(&["--auth", "none"]).security().auth.is_none());
+        let tls = parse(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).security();
+        assert_eq!(tls.tls.unwrap().key, PathBuf::from("k"));
+        let err = Config::try_parse_from([
+            "kube-fanout",
+            "--resource",
+            "v1/configmaps",
+            "--tls-cert-file",
+            "c",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
+    }
+}

@@ -258,9 +258,7 @@ fn secure(
     addr: SocketAddr,
 ) -> Result<(Access, Option<AuthenticateLayer>), ServeError> {
     let Some(auth) = &security.auth else {
-        if !addr.ip().is_loopback() && !security.allow_unauthenticated_remote {
-            return Err(ServeError::Unauthenticated(addr));
-        }
+        refuse_unauthenticated_remote(security, addr)?;
         warn!(
             %addr,
             "authentication and authorization are off (--auth=none): every caller sees every served object"
@@ -277,6 +275,16 @@ fn secure(
         Access::checked(Arc::new(authorizer)),
         Some(AuthenticateLayer::new(Arc::new(authenticator))),
     ))
+}
+
+/// Serving without authentication is for loopback, unless explicitly
+/// allowed.
+fn refuse_unauthenticated_remote(security: &Security, addr: SocketAddr) -> Result<(), ServeError> {
+    if security.auth.is_none() && !addr.ip().is_loopback() && !security.allow_unauthenticated_remote
+    {
+        return Err(ServeError::Unauthenticated(addr));
+    }
+    Ok(())
 }
 
 /// Reports SERVING once every store has synced (the API server's own
@@ -301,4 +309,34 @@ async fn report_health(
         .await;
     info!(service = SERVICE_NAME, "all resource types synced; serving");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unauthenticated_serving_is_for_loopback_unless_explicitly_allowed() {
+        let open = Security::default();
+        // Parsed only, never bound: tests use loopback alone.
+        let remote: SocketAddr = "10.1.2.3:50051".parse().unwrap();
+        for loopback in ["127.0.0.1:50051", "[::1]:50051"] {
+            refuse_unauthenticated_remote(&open, loopback.parse().unwrap()).unwrap();
+        }
+        let err = refuse_unauthenticated_remote(&open, remote).unwrap_err();
+        assert!(
+            err.to_string().contains("--insecure-allow-unauthenticated"),
+            "{err}"
+        );
+        let allowed = Security {
+            allow_unauthenticated_remote: true,
+            ..Security::default()
+        };
+        refuse_unauthenticated_remote(&allowed, remote).unwrap();
+        let secured = Security {
+            auth: Some(AuthOptions::default()),
+            ..Security::default()
+        };
+        refuse_unauthenticated_remote(&secured, remote).unwrap();
+    }
 }
