@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 use crate::{
-    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl},
+    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
@@ -179,6 +179,25 @@ pub struct Config {
         env = "KUBE_FANOUT_AUTHZ_DENIED_CACHE_TTL_SECONDS"
     )]
     pub authz_denied_cache_ttl_seconds: u64,
+
+    /// Most watches one caller (user; without --auth, client address) may
+    /// hold open; more get RESOURCE_EXHAUSTED. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "KUBE_FANOUT_MAX_WATCHES_PER_CALLER"
+    )]
+    pub max_watches_per_caller: usize,
+
+    /// Most initial snapshots (watches still sending their initial events,
+    /// and Lists) one caller may have in flight; more get
+    /// RESOURCE_EXHAUSTED. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 100,
+        env = "KUBE_FANOUT_MAX_SNAPSHOTS_PER_CALLER"
+    )]
+    pub max_snapshots_per_caller: usize,
 }
 
 /// How callers are checked.
@@ -242,6 +261,10 @@ impl Config {
                 ..AuthOptions::default()
             }),
             allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
+            caller_limits: CallerLimits {
+                watches: self.max_watches_per_caller,
+                snapshots: self.max_snapshots_per_caller,
+            },
         }
     }
 

@@ -11,8 +11,12 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::{
     auth::{
-        Access, Authenticator, Authorizer, authn::TokenCacheTtl, authz::DecisionCacheTtl,
-        layer::AuthenticateLayer, reviews::KubeReviews,
+        Access, Authenticator, Authorizer,
+        authn::TokenCacheTtl,
+        authz::DecisionCacheTtl,
+        layer::AuthenticateLayer,
+        limits::{CallerLimits, Limiter},
+        reviews::KubeReviews,
     },
     cache::{Cache, Served},
     metrics,
@@ -53,6 +57,8 @@ pub struct Security {
     /// With `auth: None`, listen on a non-loopback address all the same
     /// (`--insecure-allow-unauthenticated`).
     pub allow_unauthenticated_remote: bool,
+    /// What each caller may hold open (default: no bound).
+    pub caller_limits: CallerLimits,
 }
 
 /// How callers are authenticated and authorized.
@@ -219,8 +225,9 @@ pub async fn start(
         .as_ref()
         .map(tls::acceptor)
         .transpose()?;
-    let service =
-        FanoutService::new(cache.clone(), options.limits, cancel.clone()).with_access(access);
+    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone())
+        .with_access(access)
+        .with_limiter(Limiter::new(options.security.caller_limits));
     let router = tonic::transport::Server::builder()
         .layer(tower::util::option_layer(authenticate))
         .add_service(health_service)

@@ -13,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::{
-    auth::{Access, Attributes, AuthError, Grant, Verb},
+    auth::{
+        Access, Attributes, AuthError, Grant, Verb,
+        limits::{Held, Limiter, Permit},
+    },
     cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
@@ -21,6 +24,7 @@ use crate::{
     object::object_key,
     paging,
     resource::GroupVersionResource,
+    store::EventKind,
     subscription::{self, Limits, Start, WatchSpec},
 };
 
@@ -32,6 +36,7 @@ pub struct FanoutService {
     shutdown: CancellationToken,
     encoder: Arc<WatchEncoder>,
     access: Access,
+    limiter: Arc<Limiter>,
 }
 
 impl FanoutService {
@@ -44,7 +49,14 @@ impl FanoutService {
             shutdown,
             encoder: Arc::default(),
             access: Access::open(),
+            limiter: Arc::default(),
         }
+    }
+
+    /// Bounds what each caller may hold open with `limiter` (the default
+    /// bounds nothing).
+    pub fn with_limiter(self, limiter: Arc<Limiter>) -> Self {
+        FanoutService { limiter, ..self }
     }
 
     /// Checks every request with `access` (the default lets all through).
@@ -99,9 +111,12 @@ impl FanoutService {
             })
     }
 
+    /// Starts a watch; `snapshot` (a per-caller permit) is given back once
+    /// the initial events have been sent.
     fn start_watch(
         &self,
         request: WatchRequest,
+        mut snapshot: Option<Permit>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
@@ -125,6 +140,10 @@ impl FanoutService {
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
         Ok(events.map(move |result| {
+            // A snapshot ends with its bookmark (none is sent before).
+            if matches!(&result, Ok(d) if d.kind == EventKind::Bookmark) {
+                drop(snapshot.take());
+            }
             // The guard lives as long as the stream: the subscriber count
             // drops with it.
             result
@@ -233,8 +252,15 @@ impl KubeFanout for FanoutService {
                 "",
             )
             .await?;
-        let stream = self.start_watch(request.into_inner())?;
-        Ok(Response::new(Box::pin(grant.guard(stream))))
+        let caller = Limiter::caller(request.extensions());
+        let watch = self.limiter.acquire(&caller, Held::Watch)?;
+        let snapshot = request
+            .get_ref()
+            .send_initial_events
+            .then(|| self.limiter.acquire(&caller, Held::Snapshot))
+            .transpose()?;
+        let stream = self.start_watch(request.into_inner(), snapshot)?;
+        Ok(Response::new(Box::pin(grant.guard(stream).holding(watch))))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
@@ -333,10 +359,14 @@ mod tests {
         let service = service(store.clone());
         const SUBSCRIBERS: usize = 100;
         let mut plain: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false)).unwrap()))
+            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
             .collect();
         // For this one the change is a filter transition: its own DELETED.
-        let mut filtered = Box::pin(service.start_watch(request("app=x", "1", false)).unwrap());
+        let mut filtered = Box::pin(
+            service
+                .start_watch(request("app=x", "1", false), None)
+                .unwrap(),
+        );
 
         let changed = object("a", 2, r#"{"app":"y"}"#);
         let json = changed.json.to_string();
@@ -368,7 +398,7 @@ mod tests {
         assert_eq!(deleted.resource_version, "2");
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
-        let mut snapshot = Box::pin(service.start_watch(request("", "", true)).unwrap());
+        let mut snapshot = Box::pin(service.start_watch(request("", "", true), None).unwrap());
         let added = pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().0).unwrap();
         assert_eq!(added.r#type(), pb::EventType::Added);
         snapshot.next().await.unwrap().unwrap();

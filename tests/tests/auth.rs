@@ -11,8 +11,9 @@ use k8s_openapi::api::{
 };
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube_fanout::{
+    auth::limits::CallerLimits,
     auth::{authz::DecisionCacheTtl, layer::MAX_AUTHORIZATION_BYTES},
-    server::AuthOptions,
+    server::{AuthOptions, Security},
 };
 use kube_fanout_client::{
     Client, ClientConfig,
@@ -298,11 +299,14 @@ async fn fanout_answer(
     }
 }
 
-async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut AuthOptions)) -> Result<Fanout> {
-    let mut auth = AuthOptions::default();
-    adjust(&mut auth);
+async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut Security)) -> Result<Fanout> {
+    let mut security = Security {
+        auth: Some(AuthOptions::default()),
+        ..Security::default()
+    };
+    adjust(&mut security);
     let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps", "v1/secrets"], |o| {
-        o.security.auth = Some(auth);
+        o.security = security;
     })
     .await?;
     fanout.wait_synced().await?;
@@ -466,7 +470,12 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
 async fn bad_credentials_are_refused_with_a_clear_status() -> Result<()> {
     let cp = ControlPlane::start().await?;
     create_namespace(&cp.client, "a").await?;
-    let fanout = secure_fanout(&cp, |o| o.audiences = vec!["kube-fanout".into()]).await?;
+    let fanout = secure_fanout(&cp, |o| {
+        if let Some(auth) = &mut o.auth {
+            auth.audiences = vec!["kube-fanout".into()];
+        }
+    })
+    .await?;
     let list = || ListRequest {
         resource: Some(kube_fanout_client::resource("v1/configmaps").unwrap()),
         namespace: "a".into(),
@@ -557,10 +566,12 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
     until_api_server_allows(&cp, &token, "a").await?;
     const ALLOW_TTL: Duration = Duration::from_secs(3);
     let fanout = secure_fanout(&cp, |o| {
-        o.decision_ttl = DecisionCacheTtl {
-            allowed: ALLOW_TTL,
-            denied: Duration::from_secs(1),
-        };
+        if let Some(auth) = &mut o.auth {
+            auth.decision_ttl = DecisionCacheTtl {
+                allowed: ALLOW_TTL,
+                denied: Duration::from_secs(1),
+            };
+        }
     })
     .await?;
     let mut client = connect(&fanout, &token).await?;
@@ -626,5 +637,75 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
         assert_eq!(err.code(), Code::Unavailable, "{err:?}");
         assert!(err.message().contains("TokenReview failed"), "{err:?}");
     }
+    fanout.stop().await
+}
+
+#[tokio::test]
+async fn one_caller_cannot_hold_more_watches_than_its_limit() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "a").await?;
+    grant_cluster_role(
+        &cp.client,
+        "readers",
+        vec![rule(&["list", "watch"], "configmaps")],
+        vec![user("alice"), user("bob")],
+    )
+    .await?;
+    until_api_server_allows(&cp, &user_token("bob"), "").await?;
+    let fanout = secure_fanout(&cp, |o| {
+        o.caller_limits = CallerLimits {
+            watches: 2,
+            snapshots: 0,
+        }
+    })
+    .await?;
+    let mut alice = connect(&fanout, &user_token("alice")).await?;
+    let first = alice
+        .watch(kube_fanout_tests::support::watch_list("a"))
+        .await?;
+    let _second = alice
+        .watch(kube_fanout_tests::support::watch_list(""))
+        .await?;
+    let third = alice
+        .grpc()
+        .watch(kube_fanout_tests::support::watch_list("a"))
+        .await
+        .expect_err("a third watch is over the limit");
+    assert_eq!(third.code(), Code::ResourceExhausted, "{third:?}");
+    assert!(
+        third
+            .message()
+            .contains("\"alice\" already has 2 watches open, the most allowed per caller"),
+        "{third:?}"
+    );
+    // Another caller is not affected.
+    let mut bob = connect(&fanout, &user_token("bob")).await?;
+    let mut watch = bob
+        .watch(kube_fanout_tests::support::watch_list("a"))
+        .await?;
+    read_snapshot(&mut watch).await?;
+    // A closed watch gives its place back (once the server sees the reset).
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..100 {
+        match alice
+            .grpc()
+            .watch(kube_fanout_tests::support::watch_list("a"))
+            .await
+        {
+            Ok(stream) => {
+                reopened = Some(stream);
+                break;
+            }
+            Err(s) if s.code() == Code::ResourceExhausted => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => bail!("{s:?}"),
+        }
+    }
+    assert!(
+        reopened.is_some(),
+        "the closed watch's place never came back"
+    );
     fanout.stop().await
 }

@@ -10,6 +10,7 @@
 //! the caller's [`Identity`] into each request; the gRPC service calls
 //! [`Access::authorize`] once per request, and [`Grant::guard`] re-asks for
 //! an open watch each time its answer expires, so a revoked watch ends.
+//! [`limits`] bounds what one caller may hold open.
 //!
 //! Fail closed: when a review cannot be made, the request fails; only an
 //! answer the API server gave (and that has not expired) lets one through.
@@ -18,6 +19,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod layer;
+pub mod limits;
 pub mod reviews;
 
 use std::{
@@ -279,6 +281,17 @@ impl Grant {
             events: Box::pin(events),
             refused: self.recheck.map(|r| Box::pin(r.until_refused()) as _),
             done: false,
+            _permit: None,
+        }
+    }
+}
+
+impl<S> Guarded<S> {
+    /// Keeps `permit` (the caller's watch count) for as long as the stream.
+    pub fn holding(self, permit: limits::Permit) -> Self {
+        Guarded {
+            _permit: Some(permit),
+            ..self
         }
     }
 }
@@ -288,6 +301,8 @@ pub struct Guarded<S> {
     events: Pin<Box<S>>,
     refused: Option<BoxFuture<'static, AuthError>>,
     done: bool,
+    /// Given back when the stream is dropped.
+    _permit: Option<limits::Permit>,
 }
 
 impl<S, T> Stream for Guarded<S>
