@@ -16,6 +16,7 @@ use crate::{
     auth::{
         Access, Attributes, AuthError, Grant, Verb,
         limits::{Held, Limiter, Permit},
+        selected_name,
     },
     cache::{Cache, Served},
     codec::WatchEncoder,
@@ -249,7 +250,7 @@ impl KubeFanout for FanoutService {
                 Verb::Watch,
                 r.resource.as_ref(),
                 &r.namespace,
-                "",
+                selected_name(&r.field_selector),
             )
             .await?;
         let caller = Limiter::caller(request.extensions());
@@ -270,7 +271,7 @@ impl KubeFanout for FanoutService {
             Verb::List,
             r.resource.as_ref(),
             &r.namespace,
-            "",
+            selected_name(&r.field_selector),
         )
         .await?;
         Ok(Response::new(FanoutService::list(

@@ -709,3 +709,61 @@ async fn one_caller_cannot_hold_more_watches_than_its_limit() -> Result<()> {
     );
     fanout.stop().await
 }
+
+#[tokio::test]
+async fn a_name_field_selector_is_authorized_against_resource_names_like_the_api_server()
+-> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let admin = cp.client.clone();
+    create_namespace(&admin, "a").await?;
+    create_configmap(&admin, "a", "mine", "v").await?;
+    create_configmap(&admin, "a", "theirs", "v").await?;
+    let mut only_mine = rule(&["list", "watch"], "configmaps");
+    only_mine.resource_names = Some(vec!["mine".into()]);
+    grant_role(
+        &admin,
+        "a",
+        "erin-mine",
+        vec![only_mine],
+        vec![user("erin")],
+    )
+    .await?;
+    let token = user_token("erin");
+    let api: Api<ConfigMap> = Api::namespaced(cp.client_with_token(&token)?, "a");
+    let mine = ListParams::default().fields("metadata.name=mine");
+    for _ in 0..100 {
+        if api.list(&mine).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fanout = secure_fanout(&cp, |_| {}).await?;
+    let mut client = connect(&fanout, &token).await?;
+    for selector in ["metadata.name=mine", "metadata.name=theirs", ""] {
+        let theirs = match api.list(&ListParams::default().fields(selector)).await {
+            Ok(list) => Answer::Allowed(names(list.items)),
+            Err(err) => api_refusal(err)?,
+        };
+        let request = ListRequest {
+            resource: Some(kube_fanout_client::resource("v1/configmaps")?),
+            namespace: "a".into(),
+            field_selector: selector.into(),
+            ..ListRequest::default()
+        };
+        let ours = match client.grpc().list(request).await {
+            Ok(r) => Answer::Allowed(
+                r.into_inner()
+                    .objects
+                    .iter()
+                    .map(|o| {
+                        let cm: ConfigMap = serde_json::from_str(o)?;
+                        Ok(names([cm]).into_iter().next().unwrap_or_default())
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+            Err(status) => Answer::Refused(status.code()),
+        };
+        assert_eq!(ours, theirs, "list with field selector {selector:?}");
+    }
+    fanout.stop().await
+}
