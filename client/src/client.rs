@@ -2,7 +2,12 @@
 //! optional bearer token; and [`Api`], the typed handle on one resource
 //! type that mirrors `kube::Api`.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
 
 use kube::{Resource, core::ObjectList};
 use kube_fanout_proto::GroupVersionResource;
@@ -32,38 +37,100 @@ const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 /// tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Adds `authorization: Bearer ...` to every request when a token is set.
+/// Adds `authorization: Bearer ...` to every request when a token is set:
+/// a fixed one, or one read from a file and read again whenever the file
+/// changes (projected ServiceAccount tokens rotate in place).
 #[derive(Clone, Default)]
-pub struct BearerToken(Option<MetadataValue<Ascii>>);
+pub struct BearerToken(Option<TokenSource>);
+
+#[derive(Clone)]
+enum TokenSource {
+    Fixed(MetadataValue<Ascii>),
+    File(Arc<TokenFile>),
+}
+
+/// A file's (modified, length): what tells that it changed.
+type Stamp = Option<(SystemTime, u64)>;
+
+/// A token file and what was last read from it.
+struct TokenFile {
+    path: PathBuf,
+    /// The file's stamp when read, and its header value.
+    read: Mutex<Option<(Stamp, MetadataValue<Ascii>)>>,
+}
+
+impl TokenFile {
+    fn stamp(&self) -> Stamp {
+        let meta = std::fs::metadata(&self.path).ok()?;
+        Some((meta.modified().ok()?, meta.len()))
+    }
+
+    /// The header for the file's current token, re-read if it changed.
+    fn header(&self) -> Result<MetadataValue<Ascii>, ClientError> {
+        let stamp = self.stamp();
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, value)) = &*read
+            && *seen == stamp
+            && stamp.is_some()
+        {
+            return Ok(value.clone());
+        }
+        let token =
+            std::fs::read_to_string(&self.path).map_err(|source| ClientError::TokenFile {
+                path: self.path.clone(),
+                source,
+            })?;
+        let value = header(token.trim())?;
+        *read = Some((stamp, value.clone()));
+        Ok(value)
+    }
+}
+
+fn header(token: &str) -> Result<MetadataValue<Ascii>, ClientError> {
+    format!("Bearer {token}")
+        .parse()
+        .map_err(ClientError::Token)
+}
 
 impl BearerToken {
     /// A token sent as `authorization: Bearer TOKEN`.
     pub fn new(token: &str) -> Result<Self, ClientError> {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(ClientError::Token)?;
-        Ok(BearerToken(Some(value)))
+        Ok(BearerToken(Some(TokenSource::Fixed(header(token)?))))
+    }
+
+    /// The token in `path`, read now (so a missing file fails here) and
+    /// again whenever the file changes.
+    pub fn from_file(path: impl Into<PathBuf>) -> Result<Self, ClientError> {
+        let file = TokenFile {
+            path: path.into(),
+            read: Mutex::new(None),
+        };
+        file.header()?;
+        Ok(BearerToken(Some(TokenSource::File(Arc::new(file)))))
     }
 }
 
 // The token is a credential: never print it.
 impl fmt::Debug for BearerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "BearerToken(<redacted>)"
-        } else {
-            "BearerToken(None)"
-        })
+        match &self.0 {
+            None => f.write_str("BearerToken(None)"),
+            Some(TokenSource::Fixed(_)) => f.write_str("BearerToken(<redacted>)"),
+            Some(TokenSource::File(file)) => write!(f, "BearerToken(file {})", file.path.display()),
+        }
     }
 }
 
 impl Interceptor for BearerToken {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
+        let value = match &self.0 {
+            None => return Ok(request),
+            Some(TokenSource::Fixed(value)) => value.clone(),
+            Some(TokenSource::File(file)) => file
+                .header()
+                .map_err(|e| Status::unauthenticated(e.to_string()))?,
+        };
+        request.metadata_mut().insert("authorization", value);
         Ok(request)
     }
 }
@@ -73,7 +140,24 @@ impl Interceptor for BearerToken {
 pub struct ClientConfig {
     addresses: Vec<String>,
     tls: Option<ClientTlsConfig>,
-    token: Option<String>,
+    token: Option<Credential>,
+}
+
+/// Where the bearer token comes from.
+#[derive(Clone)]
+enum Credential {
+    Token(String),
+    File(PathBuf),
+}
+
+// A token is a credential: never print it.
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Token(_) => f.write_str("Token(<redacted>)"),
+            Credential::File(path) => write!(f, "File({})", path.display()),
+        }
+    }
 }
 
 impl ClientConfig {
@@ -97,7 +181,14 @@ impl ClientConfig {
 
     /// Sends `authorization: Bearer TOKEN` with every request.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
+        self.token = Some(Credential::Token(token.into()));
+        self
+    }
+
+    /// Sends the token in `path` with every request, reading the file
+    /// again whenever it changes (a projected ServiceAccount token).
+    pub fn bearer_token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token = Some(Credential::File(path.into()));
         self
     }
 
@@ -112,7 +203,8 @@ impl ClientConfig {
             .map(|addr| endpoint(addr, self.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let token = match &self.token {
-            Some(token) => BearerToken::new(token)?,
+            Some(Credential::Token(token)) => BearerToken::new(token)?,
+            Some(Credential::File(path)) => BearerToken::from_file(path)?,
             None => BearerToken::default(),
         };
         let shared = Arc::new(Shared { endpoints, token });
@@ -388,6 +480,43 @@ pub(crate) fn decode<K: DeserializeOwned>(json: &str) -> Result<K, ClientError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sent(token: &mut BearerToken) -> String {
+        let request = token.call(Request::new(())).unwrap();
+        request
+            .metadata()
+            .get("authorization")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_token_file_is_read_again_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let mut token = BearerToken::from_file(&path).unwrap();
+        assert_eq!(sent(&mut token), "Bearer first");
+        std::fs::write(&path, "rotated-token").unwrap();
+        assert_eq!(sent(&mut token), "Bearer rotated-token");
+        assert!(
+            !format!("{:?}", ClientConfig::new(["a"]).bearer_token("secret")).contains("secret")
+        );
+        std::fs::remove_file(&path).unwrap();
+        let status = token.call(Request::new(())).unwrap_err();
+        assert!(
+            status
+                .message()
+                .contains("cannot read the bearer token file"),
+            "{status:?}"
+        );
+        assert!(
+            BearerToken::from_file(&path).is_err(),
+            "a missing file fails at once"
+        );
+    }
     use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
     use kube::{api::DynamicObject, discovery::ApiResource};
 

@@ -30,6 +30,15 @@ pub enum ClientError {
     /// The bearer token cannot travel in a gRPC header.
     #[error("the bearer token is not a valid header value (it must be visible ASCII)")]
     Token(#[source] tonic::metadata::errors::InvalidMetadataValue),
+    /// The token file could not be read.
+    #[error("cannot read the bearer token file {}: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// No server could be reached.
     #[error("cannot connect to kube-fanout at {addr}: {source}")]
     Connect {

@@ -5,8 +5,14 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 use crate::{
-    object::Transform, reflector::ReflectorConfig, resource::GroupVersionResource,
-    store::HistoryLimits, subscription::Limits,
+    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
+    object::Transform,
+    reflector::ReflectorConfig,
+    resource::GroupVersionResource,
+    server::{AuthOptions, Security},
+    store::HistoryLimits,
+    subscription::Limits,
+    tls::TlsFiles,
 };
 
 /// kube-fanout: one LIST+WATCH per resource type against the API server,
@@ -120,6 +126,108 @@ pub struct Config {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "KUBE_FANOUT_LOG_JSON")]
     pub log_json: bool,
+
+    /// Serve TLS with this PEM certificate (chain, leaf first); read again
+    /// whenever the file changes, so rotation needs no restart.
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_TLS_CERT_FILE",
+        requires = "tls_private_key_file"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert-file; read again when it changes.
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_TLS_PRIVATE_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// PEM CA bundle for client certificates (mTLS): a verified
+    /// certificate's CN is the user and its O entries the groups, as the API
+    /// server maps them. Callers without one use a bearer token.
+    #[arg(long, env = "KUBE_FANOUT_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// `kubernetes`: every caller authenticated (TokenReview or client
+    /// certificate) and every request authorized (SubjectAccessReview).
+    /// `none`: no checks at all, only on loopback unless
+    /// --insecure-allow-unauthenticated.
+    #[arg(long, value_enum, default_value_t = AuthMode::Kubernetes, env = "KUBE_FANOUT_AUTH")]
+    pub auth: AuthMode,
+
+    /// With --auth=none, listen on a non-loopback address anyway: every
+    /// caller who reaches the port reads every served object.
+    #[arg(long, env = "KUBE_FANOUT_INSECURE_ALLOW_UNAUTHENTICATED")]
+    pub insecure_allow_unauthenticated: bool,
+
+    /// Audiences a bearer token must be for (comma-separated), e.g. the one
+    /// a projected ServiceAccount token is minted for. Unset: the API
+    /// server's own audiences.
+    #[arg(long, value_delimiter = ',', env = "KUBE_FANOUT_AUTH_TOKEN_AUDIENCES")]
+    pub auth_token_audiences: Vec<String>,
+
+    /// Seconds an accepted token's TokenReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 120,
+        env = "KUBE_FANOUT_AUTH_TOKEN_CACHE_TTL_SECONDS"
+    )]
+    pub auth_token_cache_ttl_seconds: u64,
+
+    /// Seconds a rejected token's TokenReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 10,
+        env = "KUBE_FANOUT_AUTH_TOKEN_FAILURE_CACHE_TTL_SECONDS"
+    )]
+    pub auth_token_failure_cache_ttl_seconds: u64,
+
+    /// Seconds an allowed SubjectAccessReview answer is cached; also the
+    /// most an open watch outlives the revocation of its permission.
+    #[arg(
+        long,
+        default_value_t = 60,
+        env = "KUBE_FANOUT_AUTHZ_ALLOWED_CACHE_TTL_SECONDS"
+    )]
+    pub authz_allowed_cache_ttl_seconds: u64,
+
+    /// Seconds a denied SubjectAccessReview answer is cached.
+    #[arg(
+        long,
+        default_value_t = 30,
+        env = "KUBE_FANOUT_AUTHZ_DENIED_CACHE_TTL_SECONDS"
+    )]
+    pub authz_denied_cache_ttl_seconds: u64,
+
+    /// Most watches one caller (user; without --auth, client address) may
+    /// hold open; more get RESOURCE_EXHAUSTED. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "KUBE_FANOUT_MAX_WATCHES_PER_CALLER"
+    )]
+    pub max_watches_per_caller: usize,
+
+    /// Most initial snapshots (watches still sending their initial events,
+    /// and Lists) one caller may have in flight; more get
+    /// RESOURCE_EXHAUSTED. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 100,
+        env = "KUBE_FANOUT_MAX_SNAPSHOTS_PER_CALLER"
+    )]
+    pub max_snapshots_per_caller: usize,
+}
+
+/// How callers are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// TokenReview / client certificates, and SubjectAccessReview.
+    Kubernetes,
+    /// No authentication or authorization.
+    None,
 }
 
 impl Config {
@@ -148,6 +256,39 @@ impl Config {
         }
     }
 
+    /// The TLS, authentication and authorization these flags describe.
+    pub fn security(&self) -> Security {
+        let secs = Duration::from_secs;
+        Security {
+            tls: self
+                .tls_cert_file
+                .clone()
+                .zip(self.tls_private_key_file.clone())
+                .map(|(cert, key)| TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.client_ca_file.clone(),
+                }),
+            auth: (self.auth == AuthMode::Kubernetes).then(|| AuthOptions {
+                audiences: self.auth_token_audiences.clone(),
+                token_ttl: TokenCacheTtl {
+                    success: secs(self.auth_token_cache_ttl_seconds),
+                    failure: secs(self.auth_token_failure_cache_ttl_seconds),
+                },
+                decision_ttl: DecisionCacheTtl {
+                    allowed: secs(self.authz_allowed_cache_ttl_seconds),
+                    denied: secs(self.authz_denied_cache_ttl_seconds),
+                },
+                ..AuthOptions::default()
+            }),
+            allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
+            caller_limits: CallerLimits {
+                watches: self.max_watches_per_caller,
+                snapshots: self.max_snapshots_per_caller,
+            },
+        }
+    }
+
     /// The event history these flags describe.
     pub fn history(&self) -> HistoryLimits {
         HistoryLimits {
@@ -155,5 +296,35 @@ impl Config {
             age: Duration::from_secs(self.history_seconds),
             bytes: self.history_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        let mut argv = vec!["kube-fanout", "--resource", "v1/configmaps"];
+        argv.extend_from_slice(args);
+        Config::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn authentication_and_authorization_are_on_unless_turned_off() {
+        let security = parse(&[]).security();
+        assert!(security.auth.is_some());
+        assert!(security.tls.is_none());
+        assert!(parse(&["--auth", "none"]).security().auth.is_none());
+        let tls = parse(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).security();
+        assert_eq!(tls.tls.unwrap().key, PathBuf::from("k"));
+        let err = Config::try_parse_from([
+            "kube-fanout",
+            "--resource",
+            "v1/configmaps",
+            "--tls-cert-file",
+            "c",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
     }
 }

@@ -7,6 +7,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::{
+    auth::AuthError,
     filter::FilterError,
     object::{ObjectError, ResourceVersion},
     paging::PageError,
@@ -80,6 +81,25 @@ pub enum RequestError {
     /// The watch could not start or continue.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// The caller is unknown or not allowed.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+}
+
+impl From<AuthError> for Status {
+    fn from(err: AuthError) -> Self {
+        let message = err.to_string();
+        match err {
+            AuthError::MissingCredentials
+            | AuthError::MalformedHeader
+            | AuthError::HeaderTooLarge { .. }
+            | AuthError::InvalidToken(_) => Status::unauthenticated(message),
+            AuthError::Denied { .. } => Status::permission_denied(message),
+            // Fail closed: unknown is no, and the caller may retry.
+            AuthError::Unavailable { .. } => Status::unavailable(message),
+            AuthError::LimitExceeded { .. } => Status::resource_exhausted(message),
+        }
+    }
 }
 
 impl From<ReadError> for RequestError {
@@ -112,6 +132,7 @@ impl From<RequestError> for Status {
             RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
+            RequestError::Auth(auth) => auth.into(),
             RequestError::Watch(watch) => {
                 let reason = watch.reason();
                 let (code, rv) = match watch {

@@ -6,6 +6,7 @@
 //! every later change in order. [`service`] is the thin gRPC layer and
 //! [`server`] wires it all together.
 
+pub mod auth;
 pub mod backoff;
 pub mod cache;
 pub mod codec;
@@ -21,4 +22,5 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod subscription;
+pub mod tls;
 pub mod upstream;

@@ -1,16 +1,23 @@
 //! Wiring: discover the resource types, start one reflector each, and
 //! serve the gRPC API with health and reflection until cancelled.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use futures::TryFutureExt;
 use kube_fanout_proto::v1::{FILE_DESCRIPTOR_SET, kube_fanout_server::KubeFanoutServer};
 use tokio::{net::TcpListener, task::JoinSet};
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::{
+    auth::{
+        Access, Authenticator, Authorizer,
+        authn::TokenCacheTtl,
+        authz::DecisionCacheTtl,
+        layer::AuthenticateLayer,
+        limits::{CallerLimits, Limiter},
+        reviews::KubeReviews,
+    },
     cache::{Cache, Served},
     metrics,
     reflector::{Reflector, ReflectorConfig},
@@ -18,6 +25,7 @@ use crate::{
     service::FanoutService,
     store::{HistoryLimits, Store},
     subscription::Limits,
+    tls::{self, TlsError, TlsFiles},
 };
 
 /// What the server needs besides an API client and a listener.
@@ -33,6 +41,57 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// TLS, authentication and authorization.
+    pub security: Security,
+}
+
+/// How callers are secured. The default is what `--auth=none` on loopback
+/// gives: plaintext, everyone allowed (for tests; the binary defaults to
+/// authentication and authorization on).
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Serve TLS from these files.
+    pub tls: Option<TlsFiles>,
+    /// Authenticate and authorize every request; `None` is `--auth=none`.
+    pub auth: Option<AuthOptions>,
+    /// With `auth: None`, listen on a non-loopback address all the same
+    /// (`--insecure-allow-unauthenticated`).
+    pub allow_unauthenticated_remote: bool,
+    /// What each caller may hold open (default: no bound).
+    pub caller_limits: CallerLimits,
+}
+
+/// How callers are authenticated and authorized.
+#[derive(Debug, Clone)]
+pub struct AuthOptions {
+    /// The audiences a bearer token must be for (empty: the API server's).
+    pub audiences: Vec<String>,
+    /// How long TokenReview answers are cached.
+    pub token_ttl: TokenCacheTtl,
+    /// How long SubjectAccessReview answers are cached.
+    pub decision_ttl: DecisionCacheTtl,
+    /// How long one review may take before the request fails UNAVAILABLE.
+    pub review_timeout: Duration,
+}
+
+impl Default for AuthOptions {
+    /// The API server's own webhook defaults for tokens (2 min, failures
+    /// 10 s); a minute for allowed decisions, which also bounds how long a
+    /// watch outlives a revocation, and 30 s for denied ones.
+    fn default() -> Self {
+        AuthOptions {
+            audiences: Vec::new(),
+            token_ttl: TokenCacheTtl {
+                success: Duration::from_secs(120),
+                failure: Duration::from_secs(10),
+            },
+            decision_ttl: DecisionCacheTtl {
+                allowed: Duration::from_secs(60),
+                denied: Duration::from_secs(30),
+            },
+            review_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Why the server could not start or stopped.
@@ -50,6 +109,14 @@ pub enum ServeError {
     /// The listener could not be read.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// Unauthenticated serving on a non-loopback address, not allowed.
+    #[error(
+        "refusing to serve without authentication on {0}, which is not a loopback address: remove --auth=none, or add --insecure-allow-unauthenticated"
+    )]
+    Unauthenticated(SocketAddr),
 }
 
 /// The gRPC service name that health reports on besides "".
@@ -153,9 +220,19 @@ pub async fn start(
     };
     let reflection = descriptors().build_v1()?;
     let reflection_alpha = descriptors().build_v1alpha()?;
-    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone());
     let local_addr = listener.local_addr()?;
+    let (access, authenticate) = secure(&client, &options.security, local_addr)?;
+    let tls = options
+        .security
+        .tls
+        .as_ref()
+        .map(tls::acceptor)
+        .transpose()?;
+    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone())
+        .with_access(access)
+        .with_limiter(Limiter::new(options.security.caller_limits));
     let router = tonic::transport::Server::builder()
+        .layer(tower::util::option_layer(authenticate))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
@@ -165,7 +242,7 @@ pub async fn start(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    TcpListenerStream::new(listener),
+                    tls::incoming(listener, tls, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;
@@ -181,6 +258,43 @@ pub async fn start(
         tasks,
         cancel,
     })
+}
+
+/// The access checks and the authentication layer `security` asks for;
+/// refuses to serve unauthenticated beyond loopback unless told to.
+fn secure(
+    client: &kube::Client,
+    security: &Security,
+    addr: SocketAddr,
+) -> Result<(Access, Option<AuthenticateLayer>), ServeError> {
+    let Some(auth) = &security.auth else {
+        refuse_unauthenticated_remote(security, addr)?;
+        warn!(
+            %addr,
+            "authentication and authorization are off (--auth=none): every caller sees every served object"
+        );
+        return Ok((Access::open(), None));
+    };
+    let reviews = Arc::new(KubeReviews::new(client.clone(), auth.review_timeout));
+    let authenticator = Authenticator::new(reviews.clone(), auth.audiences.clone(), auth.token_ttl);
+    let authorizer = Authorizer::new(reviews, auth.decision_ttl);
+    if security.tls.is_none() {
+        warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
+    }
+    Ok((
+        Access::checked(Arc::new(authorizer)),
+        Some(AuthenticateLayer::new(Arc::new(authenticator))),
+    ))
+}
+
+/// Serving without authentication is for loopback, unless explicitly
+/// allowed.
+fn refuse_unauthenticated_remote(security: &Security, addr: SocketAddr) -> Result<(), ServeError> {
+    if security.auth.is_none() && !addr.ip().is_loopback() && !security.allow_unauthenticated_remote
+    {
+        return Err(ServeError::Unauthenticated(addr));
+    }
+    Ok(())
 }
 
 /// Reports SERVING once every store has synced (the API server's own
@@ -205,4 +319,34 @@ async fn report_health(
         .await;
     info!(service = SERVICE_NAME, "all resource types synced; serving");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unauthenticated_serving_is_for_loopback_unless_explicitly_allowed() {
+        let open = Security::default();
+        // Parsed only, never bound: tests use loopback alone.
+        let remote: SocketAddr = "10.1.2.3:50051".parse().unwrap();
+        for loopback in ["127.0.0.1:50051", "[::1]:50051"] {
+            refuse_unauthenticated_remote(&open, loopback.parse().unwrap()).unwrap();
+        }
+        let err = refuse_unauthenticated_remote(&open, remote).unwrap_err();
+        assert!(
+            err.to_string().contains("--insecure-allow-unauthenticated"),
+            "{err}"
+        );
+        let allowed = Security {
+            allow_unauthenticated_remote: true,
+            ..Security::default()
+        };
+        refuse_unauthenticated_remote(&allowed, remote).unwrap();
+        let secured = Security {
+            auth: Some(AuthOptions::default()),
+            ..Security::default()
+        };
+        refuse_unauthenticated_remote(&secured, remote).unwrap();
+    }
 }

@@ -13,12 +13,18 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::{
+    auth::{
+        Access, Attributes, AuthError, Grant, Verb,
+        limits::{Held, Limiter, Permit},
+        selected_name,
+    },
     cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
     filter::Filter,
     object::object_key,
     resource::GroupVersionResource,
+    store::EventKind,
     subscription::{self, Limits, Start, WatchSpec},
 };
 
@@ -29,6 +35,8 @@ pub struct FanoutService {
     limits: Limits,
     shutdown: CancellationToken,
     encoder: Arc<WatchEncoder>,
+    access: Access,
+    limiter: Arc<Limiter>,
 }
 
 impl FanoutService {
@@ -40,7 +48,45 @@ impl FanoutService {
             limits,
             shutdown,
             encoder: Arc::default(),
+            access: Access::open(),
+            limiter: Arc::default(),
         }
+    }
+
+    /// Bounds what each caller may hold open with `limiter` (the default
+    /// bounds nothing).
+    pub fn with_limiter(self, limiter: Arc<Limiter>) -> Self {
+        FanoutService { limiter, ..self }
+    }
+
+    /// Checks every request with `access` (the default lets all through).
+    pub fn with_access(self, access: Access) -> Self {
+        FanoutService { access, ..self }
+    }
+
+    /// Authorizes `verb` on a request's resource, namespace and name, as the
+    /// API server would authorize the same request: the one place requests
+    /// are let through.
+    async fn authorize(
+        &self,
+        extensions: &http::Extensions,
+        verb: Verb,
+        resource: Option<&pb::ResourceRef>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Grant, RequestError> {
+        let r = resource
+            .filter(|r| !r.version.is_empty() && !r.resource.is_empty())
+            .ok_or(RequestError::MissingResource)?;
+        let attributes = Attributes {
+            verb,
+            group: r.group.clone(),
+            version: r.version.clone(),
+            resource: r.resource.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        Ok(self.access.authorize(extensions, attributes).await?)
     }
 
     fn served(&self, resource: Option<pb::ResourceRef>) -> Result<Arc<Served>, RequestError> {
@@ -65,9 +111,12 @@ impl FanoutService {
             })
     }
 
+    /// Starts a watch; `snapshot` (a per-caller permit) is given back once
+    /// the initial events have been sent.
     fn start_watch(
         &self,
         request: WatchRequest,
+        mut snapshot: Option<Permit>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
@@ -91,6 +140,10 @@ impl FanoutService {
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
         Ok(events.map(move |result| {
+            // A snapshot ends with its bookmark (none is sent before).
+            if matches!(&result, Ok(d) if d.kind == EventKind::Bookmark) {
+                drop(snapshot.take());
+            }
             // The guard lives as long as the stream: the subscriber count
             // drops with it.
             result
@@ -191,11 +244,37 @@ impl KubeFanout for FanoutService {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let stream = self.start_watch(request.into_inner())?;
-        Ok(Response::new(Box::pin(stream)))
+        let r = request.get_ref();
+        let grant = self
+            .authorize(
+                request.extensions(),
+                Verb::Watch,
+                r.resource.as_ref(),
+                &r.namespace,
+                selected_name(&r.field_selector),
+            )
+            .await?;
+        let caller = Limiter::caller(request.extensions());
+        let watch = self.limiter.acquire(&caller, Held::Watch)?;
+        let snapshot = request
+            .get_ref()
+            .send_initial_events
+            .then(|| self.limiter.acquire(&caller, Held::Snapshot))
+            .transpose()?;
+        let stream = self.start_watch(request.into_inner(), snapshot)?;
+        Ok(Response::new(Box::pin(grant.guard(stream).holding(watch))))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let r = request.get_ref();
+        self.authorize(
+            request.extensions(),
+            Verb::List,
+            r.resource.as_ref(),
+            &r.namespace,
+            selected_name(&r.field_selector),
+        )
+        .await?;
         Ok(Response::new(FanoutService::list(
             self,
             request.into_inner(),
@@ -203,6 +282,15 @@ impl KubeFanout for FanoutService {
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let r = request.get_ref();
+        self.authorize(
+            request.extensions(),
+            Verb::Get,
+            r.resource.as_ref(),
+            &r.namespace,
+            &r.name,
+        )
+        .await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -211,9 +299,24 @@ impl KubeFanout for FanoutService {
 
     async fn list_resources(
         &self,
-        _request: Request<ListResourcesRequest>,
+        request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
-        Ok(Response::new(self.list_resources()))
+        let mut response = self.list_resources();
+        // Only the types the caller may list at the cluster scope.
+        let mut visible = Vec::with_capacity(response.resources.len());
+        for status in response.resources {
+            let resource = status.resource.as_ref();
+            match self
+                .authorize(request.extensions(), Verb::List, resource, "", "")
+                .await
+            {
+                Ok(_) => visible.push(status),
+                Err(RequestError::Auth(AuthError::Denied { .. })) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        response.resources = visible;
+        Ok(Response::new(response))
     }
 }
 
@@ -258,10 +361,14 @@ mod tests {
         let service = service(store.clone());
         const SUBSCRIBERS: usize = 100;
         let mut plain: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false)).unwrap()))
+            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
             .collect();
         // For this one the change is a filter transition: its own DELETED.
-        let mut filtered = Box::pin(service.start_watch(request("app=x", "1", false)).unwrap());
+        let mut filtered = Box::pin(
+            service
+                .start_watch(request("app=x", "1", false), None)
+                .unwrap(),
+        );
 
         let changed = object("a", 2, r#"{"app":"y"}"#);
         let json = changed.json.to_string();
@@ -293,7 +400,7 @@ mod tests {
         assert_eq!(deleted.resource_version, "2");
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
-        let mut snapshot = Box::pin(service.start_watch(request("", "", true)).unwrap());
+        let mut snapshot = Box::pin(service.start_watch(request("", "", true), None).unwrap());
         let added = pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().0).unwrap();
         assert_eq!(added.r#type(), pb::EventType::Added);
         snapshot.next().await.unwrap().unwrap();
@@ -306,7 +413,7 @@ mod tests {
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
         let mut streams: Vec<_> = (0..10)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false)).unwrap()))
+            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
             .collect();
         store.replace(vec![object("b", 2, "{}")], ResourceVersion(3));
         for stream in &mut streams {

@@ -19,6 +19,16 @@ use tokio::process::{Child, Command};
 /// The token of the static admin user (group system:masters).
 pub const ADMIN_TOKEN: &str = "kube-fanout-test-admin-token";
 
+/// Users of the static token file besides the admin, without groups or
+/// permissions of their own: tests grant them RBAC roles. Each one's token
+/// is [`user_token`].
+pub const USERS: &[&str] = &["alice", "bob", "carol", "dave", "erin"];
+
+/// The bearer token of a user in [`USERS`].
+pub fn user_token(user: &str) -> String {
+    format!("kube-fanout-test-{user}-token")
+}
+
 /// How long the control plane may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -47,6 +57,8 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
     /// A client for the admin user.
     pub client: kube::Client,
+    /// The CA (PEM) that signed the API server's serving certificate.
+    pub ca_pem: String,
 }
 
 /// The directory holding `kube-apiserver` and `etcd`, built on first use.
@@ -151,6 +163,7 @@ impl ControlPlane {
             server_url,
             kubeconfig,
             client,
+            ca_pem,
         };
         cp.wait_ready().await?;
         Ok(cp)
@@ -209,6 +222,51 @@ impl ControlPlane {
     /// [`ControlPlane::start_extra_apiserver`]).
     pub fn extra_kubeconfig(&self) -> PathBuf {
         self.dir.path().join("kubeconfig-extra")
+    }
+
+    /// A client of the API server that authenticates with `token`.
+    pub fn client_with_token(&self, token: &str) -> Result<kube::Client> {
+        let mut config = kube::Config::new(self.server_url.parse()?);
+        config.root_cert = Some(vec![pem_der(&self.ca_pem)?]);
+        config.auth_info.token = Some(token.to_owned().into());
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// A token for the ServiceAccount `namespace/name` (created if missing)
+    /// from the TokenRequest API, for `audiences` (empty: the API server's).
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        audiences: &[&str],
+    ) -> Result<String> {
+        use k8s_openapi::api::{
+            authentication::v1::{TokenRequest, TokenRequestSpec},
+            core::v1::ServiceAccount,
+        };
+        let api: kube::Api<ServiceAccount> = kube::Api::namespaced(self.client.clone(), namespace);
+        let mut sa = ServiceAccount::default();
+        sa.metadata.name = Some(name.to_owned());
+        match api.create(&Default::default(), &sa).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(audiences.iter().map(|a| (*a).to_owned()).collect()),
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let answer = api
+            .create_token_request(name, &Default::default(), &request)
+            .await?;
+        answer
+            .status
+            .and_then(|s| s.token)
+            .context("TokenRequest without a token")
     }
 
     /// The temporary directory holding data, credentials and logs.
@@ -315,11 +373,24 @@ fn write_credentials(d: &Path) -> Result<String> {
     let sa = KeyPair::generate()?;
     std::fs::write(d.join("sa.key"), sa.serialize_pem())?;
     std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
-    std::fs::write(
-        d.join("tokens.csv"),
-        format!("{ADMIN_TOKEN},admin,admin,system:masters\n"),
-    )?;
+    let mut tokens = format!("{ADMIN_TOKEN},admin,admin,system:masters\n");
+    for user in USERS {
+        tokens.push_str(&format!("{},{user},{user}-uid\n", user_token(user)));
+    }
+    std::fs::write(d.join("tokens.csv"), tokens)?;
     Ok(ca.pem())
+}
+
+/// The DER of the first certificate in `pem`.
+fn pem_der(pem: &str) -> Result<Vec<u8>> {
+    use base64::Engine;
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
 }
 
 fn kubeconfig_yaml(server: &str, ca_pem: &str) -> String {

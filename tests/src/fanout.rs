@@ -8,7 +8,7 @@ use std::{net::SocketAddr, time::Duration};
 use anyhow::{Context, Result, bail};
 use kube_fanout::{
     reflector::ReflectorConfig,
-    server::{self, Running, ServerOptions},
+    server::{self, Running, Security, ServerOptions},
     store::HistoryLimits,
     subscription::Limits,
 };
@@ -48,6 +48,7 @@ impl Fanout {
             history: HistoryLimits::default(),
             limits: Limits::default(),
             metrics_addr: Some("127.0.0.1:0".parse()?),
+            security: Security::default(),
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await

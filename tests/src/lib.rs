@@ -6,6 +6,7 @@
 pub mod controlplane;
 pub mod fanout;
 pub mod faults;
+pub mod pki;
 pub mod process;
 pub mod support;
 

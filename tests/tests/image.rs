@@ -177,7 +177,9 @@ async fn image_runs_kube_fanout_as_non_root_against_the_api_server() -> Result<(
     let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
     let mut server = in_image(&rootfs, "/usr/local/bin/kube-fanout")?;
     server
-        .args(["--resource", "v1/configmaps", "--log-json"])
+        // On loopback without credentials: the image is under test here,
+        // authorization in tests/tests/auth.rs.
+        .args(["--resource", "v1/configmaps", "--log-json", "--auth=none"])
         .arg(format!("--listen={addr}"))
         .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
         .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")

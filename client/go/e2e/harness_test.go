@@ -317,6 +317,9 @@ func startFanout(t *testing.T, cp *controlPlane) *fanout {
 func (f *fanout) start() {
 	f.proc = spawn(f.t, f.cp.dir, "kube-fanout", f.bin,
 		"--resource", "v1/configmaps", "--listen", f.addr,
+		// Loopback and no credentials: the Go client is tested here, not
+		// authorization (tests/tests/auth.rs covers that).
+		"--auth=none",
 		"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", f.metrics),
 		"--kubeconfig", f.cp.kubeconfig)
 	f.waitSynced()

@@ -1,16 +1,22 @@
 //! The README's first command: starts a real kube-apiserver and etcd on
 //! loopback, creates a few ConfigMaps, runs the `kube-fanout` binary against
-//! them, and prints a subscriber's live stream while a writer changes things.
+//! them in its secure default (TLS, every caller authenticated by the API
+//! server and authorized by RBAC), and prints the live stream of a
+//! ServiceAccount allowed to read one namespace, while a writer changes
+//! things.
 
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::PostParams;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube_fanout_client::{Client, proto::EventType};
+use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig, proto::EventType};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port, tied_command},
+    pki::Ca,
     support::{create_configmap, create_namespace, decode, watch_list},
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -43,11 +49,31 @@ async fn main() -> Result<()> {
         create_configmap(&cp.client, "demo", name, "v1").await?;
     }
 
+    // kube-fanout's serving certificate, and a ServiceAccount that may
+    // list and watch ConfigMaps in "demo" only, with a TokenRequest token.
+    let dir = cp.dir();
+    let ca = Ca::new("kube-fanout demo CA")?;
+    let serving = ca.serving()?;
+    let (ca_file, cert_file, key_file, token_file) = (
+        dir.join("fanout-ca.crt"),
+        dir.join("fanout.crt"),
+        dir.join("fanout.key"),
+        dir.join("viewer.token"),
+    );
+    std::fs::write(&ca_file, ca.pem())?;
+    std::fs::write(&cert_file, &serving.cert)?;
+    std::fs::write(&key_file, &serving.key)?;
+    grant_viewer(&cp.client).await?;
+    let token = cp.service_account_token("demo", "viewer", &[]).await?;
+    std::fs::write(&token_file, &token)?;
+
     let addr = format!("127.0.0.1:{}", free_port()?);
     let metrics = format!("127.0.0.1:{}", free_port()?);
     let mut terminate = signal(SignalKind::terminate())?;
     let mut server = tied_command(&args.kube_fanout)
         .args(["--kubeconfig", &cp.kubeconfig.display().to_string()])
+        .args(["--tls-cert-file", &cert_file.display().to_string()])
+        .args(["--tls-private-key-file", &key_file.display().to_string()])
         .args([
             "--resource",
             "v1/configmaps",
@@ -58,10 +84,24 @@ async fn main() -> Result<()> {
         .args(["--metrics-listen", &metrics])
         .spawn()
         .with_context(|| format!("starting {}", args.kube_fanout.display()))?;
-    let mut client = connect(&format!("http://{addr}")).await?;
-    eprintln!("kube-fanout serving on {addr}; try, from another shell while this runs:");
+    let config = ClientConfig::new([format!("https://{addr}")])
+        .tls(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca.pem()))
+                .domain_name("localhost"),
+        )
+        .bearer_token(token);
+    let mut client = connect(config).await?;
     eprintln!(
-        "  $(bash tests/tools/install.sh grpcurl) -plaintext {addr} kubefanout.v1.KubeFanout/ListResources"
+        "kube-fanout serving TLS on {addr} (ServiceAccount demo/viewer may list and watch ConfigMaps in \"demo\"); try, from another shell while this runs:"
+    );
+    eprintln!(
+        "  $(bash tests/tools/install.sh grpcurl) -cacert {ca} -authority localhost -H \"authorization: Bearer $(cat {token})\" -d '{{\"resource\":{{\"version\":\"v1\",\"resource\":\"configmaps\"}},\"namespace\":\"demo\"}}' {addr} kubefanout.v1.KubeFanout/List",
+        ca = ca_file.display(),
+        token = token_file.display(),
+    );
+    eprintln!(
+        "  (without the header: Unauthenticated; with \"namespace\":\"default\": PermissionDenied)"
     );
     eprintln!("  curl -s http://{metrics}/metrics");
     eprintln!();
@@ -102,14 +142,46 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-async fn connect(addr: &str) -> Result<Client> {
+async fn connect(config: ClientConfig) -> Result<Client> {
     for _ in 0..100 {
-        if let Ok(client) = Client::connect(addr).await {
+        if let Ok(client) = config.clone().connect().await {
             return Ok(client);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    anyhow::bail!("kube-fanout did not listen on {addr} within 10s")
+    anyhow::bail!("kube-fanout did not listen within 10s")
+}
+
+/// Lets the ServiceAccount demo/viewer list and watch ConfigMaps in "demo".
+async fn grant_viewer(client: &kube::Client) -> Result<()> {
+    let mut role = Role::default();
+    role.metadata.name = Some("viewer".into());
+    role.rules = Some(vec![PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        verbs: vec!["list".into(), "watch".into()],
+        ..PolicyRule::default()
+    }]);
+    Api::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &role)
+        .await?;
+    let mut binding = RoleBinding::default();
+    binding.metadata.name = Some("viewer".into());
+    binding.role_ref = RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "Role".into(),
+        name: "viewer".into(),
+    };
+    binding.subjects = Some(vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: "viewer".into(),
+        namespace: Some("demo".into()),
+        ..Subject::default()
+    }]);
+    Api::namespaced(client.clone(), "demo")
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// Creates, updates and deletes ConfigMaps once a second.

@@ -77,6 +77,9 @@ impl Replica {
             "--resource=v1/configmaps".to_owned(),
             format!("--listen={}", self.addr),
             format!("--metrics-listen={metrics}"),
+            // Loopback, raw subscribers without credentials: the contract is
+            // under test here, authorization in tests/tests/auth.rs.
+            "--auth=none".to_owned(),
         ];
         args.extend(self.flags.iter().cloned());
         self.child = Some(spawn(self.binary.clone(), &args, &self.log_path())?);

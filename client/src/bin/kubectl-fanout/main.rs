@@ -44,6 +44,35 @@ struct Cli {
     /// Bearer token sent with every request.
     #[arg(long, env = "KUBE_FANOUT_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+    /// File holding the bearer token, read again whenever it changes (a
+    /// projected ServiceAccount token).
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_TOKEN_FILE",
+        global = true,
+        conflicts_with = "token"
+    )]
+    token_file: Option<std::path::PathBuf>,
+    /// Use the credentials of the current kubeconfig user ($KUBECONFIG or
+    /// ~/.kube/config): its token, token file or client certificate files.
+    #[arg(long, global = true, conflicts_with_all = ["token", "token_file"])]
+    kubeconfig_credentials: bool,
+    /// PEM client certificate for mTLS (with --client-key).
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_CLIENT_CERT",
+        global = true,
+        requires = "client_key"
+    )]
+    client_cert: Option<std::path::PathBuf>,
+    /// PEM key of --client-cert.
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_CLIENT_KEY",
+        global = true,
+        requires = "client_cert"
+    )]
+    client_key: Option<std::path::PathBuf>,
     /// Use TLS (implied by https:// addresses, --ca-file and --tls-server-name).
     #[arg(long, global = true)]
     tls: bool,
@@ -160,9 +189,59 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// A bearer token, token file, or client certificate and key files.
+#[derive(Default)]
+struct Credentials {
+    token: Option<String>,
+    token_file: Option<std::path::PathBuf>,
+    client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// The credentials the flags name, or the current kubeconfig user's.
+async fn credentials(cli: &Cli) -> Result<Credentials> {
+    let mut found = Credentials {
+        token: cli.token.clone(),
+        token_file: cli.token_file.clone(),
+        client_cert: cli.client_cert.clone().zip(cli.client_key.clone()),
+    };
+    if cli.kubeconfig_credentials {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let kubeconfig = Kubeconfig::read().context("reading the kubeconfig")?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .context("the kubeconfig's current context")?;
+        let user = config.auth_info;
+        found.token = user
+            .token
+            .map(|t| secrecy::ExposeSecret::expose_secret(&t).to_owned());
+        found.token_file = user.token_file.map(Into::into);
+        if found.client_cert.is_none() {
+            found.client_cert = user
+                .client_certificate
+                .map(Into::into)
+                .zip(user.client_key.map(Into::into));
+        }
+        if found.token.is_none() && found.token_file.is_none() && found.client_cert.is_none() {
+            anyhow::bail!(
+                "the kubeconfig's current user has no token, token file or client certificate files (embedded certificate data is not read)"
+            );
+        }
+    }
+    Ok(found)
+}
+
 async fn connect(cli: &Cli) -> Result<Client> {
     let mut config = ClientConfig::new(cli.servers.iter().cloned());
-    if cli.tls || cli.ca_file.is_some() || cli.tls_server_name.is_some() {
+    let credentials = credentials(cli).await?;
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    };
+    if cli.tls
+        || cli.ca_file.is_some()
+        || cli.tls_server_name.is_some()
+        || credentials.client_cert.is_some()
+    {
         let mut tls = ClientTlsConfig::new();
         tls = match &cli.ca_file {
             Some(path) => tls.ca_certificate(Certificate::from_pem(
@@ -173,10 +252,18 @@ async fn connect(cli: &Cli) -> Result<Client> {
         if let Some(name) = &cli.tls_server_name {
             tls = tls.domain_name(name);
         }
+        if let Some((cert, key)) = &credentials.client_cert {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
         config = config.tls(tls);
     }
-    if let Some(token) = &cli.token {
+    if let Some(token) = &credentials.token {
         config = config.bearer_token(token);
+    } else if let Some(path) = &credentials.token_file {
+        config = config.bearer_token_file(path);
     }
     let client = config.connect().await.map_err(|e| {
         anyhow!(e).context("is kube-fanout running there? Set --server or KUBE_FANOUT_SERVER")

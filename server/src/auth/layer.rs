@@ -1,0 +1,160 @@
+//! The tower layer in front of every gRPC service: it finds out who is
+//! calling (a verified client certificate, else a bearer token checked
+//! with TokenReview) and puts the [`Identity`] into the request's
+//! extensions, where [`Access::authorize`](super::Access::authorize) finds
+//! it. A request it cannot authenticate never reaches a service. Health
+//! checks stay open so that probes need no credentials.
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use futures::future::BoxFuture;
+use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
+use tonic::Status;
+use tower::{Layer, Service};
+
+use super::{AuthError, Authenticator, Identity};
+use crate::tls::ConnInfo;
+
+/// The largest authorization header looked at. Service-account tokens are
+/// about 1 KiB; a header this large is no token, and reviewing it would
+/// only cost the API server.
+pub const MAX_AUTHORIZATION_BYTES: usize = 8 * 1024;
+
+/// gRPC paths served without credentials.
+const OPEN_PREFIXES: &[&str] = &["/grpc.health.v1.Health/"];
+
+/// Authenticates every request (except health checks).
+#[derive(Debug, Clone)]
+pub struct AuthenticateLayer {
+    authenticator: Arc<Authenticator>,
+}
+
+impl AuthenticateLayer {
+    /// Authenticates bearer tokens with `authenticator`.
+    pub fn new(authenticator: Arc<Authenticator>) -> Self {
+        AuthenticateLayer { authenticator }
+    }
+}
+
+impl<S> Layer<S> for AuthenticateLayer {
+    type Service = Authenticate<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Authenticate {
+            inner,
+            authenticator: self.authenticator.clone(),
+        }
+    }
+}
+
+/// The service [`AuthenticateLayer`] wraps around another.
+#[derive(Debug, Clone)]
+pub struct Authenticate<S> {
+    inner: S,
+    authenticator: Arc<Authenticator>,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Authenticate<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        // The clone that was made ready is the one to call (tower's rule).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let authenticator = self.authenticator.clone();
+        Box::pin(async move {
+            let path = request.uri().path();
+            if OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+                return inner.call(request).await;
+            }
+            let client_certificate = request
+                .extensions()
+                .get::<ConnInfo>()
+                .and_then(|c| c.client_identity.clone());
+            let identity = match client_certificate {
+                // As the API server: a verified certificate comes first.
+                Some(identity) => Ok(identity),
+                None => match bearer_token(request.headers()) {
+                    Ok(token) => authenticator.authenticate(token).await,
+                    Err(err) => Err(err),
+                },
+            };
+            match identity {
+                Ok(identity) => {
+                    request.extensions_mut().insert::<Identity>(identity);
+                    inner.call(request).await
+                }
+                Err(err) => {
+                    tracing::debug!(path, error = %err, "request not authenticated");
+                    Ok(Status::from(err).into_http())
+                }
+            }
+        })
+    }
+}
+
+/// The bearer token of the authorization header.
+fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
+    let header = headers
+        .get(AUTHORIZATION)
+        .ok_or(AuthError::MissingCredentials)?;
+    if header.len() > MAX_AUTHORIZATION_BYTES {
+        return Err(AuthError::HeaderTooLarge {
+            size: header.len(),
+            max: MAX_AUTHORIZATION_BYTES,
+        });
+    }
+    let value = header.to_str().map_err(|_| AuthError::MalformedHeader)?;
+    // The scheme is case-insensitive (RFC 7235), as the API server reads it.
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(AuthError::MalformedHeader);
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_bearer_token_is_read_and_anything_else_refused() {
+        assert_eq!(bearer_token(&headers("Bearer abc")).unwrap(), "abc");
+        assert_eq!(bearer_token(&headers("bearer  abc ")).unwrap(), "abc");
+        for bad in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "abc"] {
+            let err = bearer_token(&headers(bad)).unwrap_err();
+            assert!(matches!(err, AuthError::MalformedHeader), "{bad}: {err}");
+        }
+        let err = bearer_token(&HeaderMap::new()).unwrap_err();
+        assert!(matches!(err, AuthError::MissingCredentials), "{err}");
+        let huge = format!("Bearer {}", "x".repeat(MAX_AUTHORIZATION_BYTES));
+        let err = bearer_token(&headers(&huge)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("is {} bytes", MAX_AUTHORIZATION_BYTES + 7)),
+            "{err}"
+        );
+    }
+}

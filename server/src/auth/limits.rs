@@ -1,0 +1,148 @@
+//! Per-caller bounds, so one misbehaving client cannot take the server:
+//! how many watches it holds open and how many initial snapshots (a
+//! watch's initial events, or a List) it has in flight at once.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+
+use super::{AuthError, Identity};
+use crate::tls::ConnInfo;
+
+/// What is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Held {
+    /// An open watch.
+    Watch,
+    /// A snapshot being sent.
+    Snapshot,
+}
+
+impl Held {
+    fn plural(self) -> &'static str {
+        match self {
+            Held::Watch => "watches",
+            Held::Snapshot => "initial snapshots",
+        }
+    }
+}
+
+/// The most each caller may hold; 0 means no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallerLimits {
+    /// Open watches.
+    pub watches: usize,
+    /// Snapshots in flight.
+    pub snapshots: usize,
+}
+
+/// Counts what each caller holds.
+#[derive(Debug, Default)]
+pub struct Limiter {
+    limits: CallerLimits,
+    held: DashMap<(String, Held), usize>,
+}
+
+/// One unit held until dropped.
+#[derive(Debug)]
+pub struct Permit {
+    limiter: Arc<Limiter>,
+    key: (String, Held),
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        // Remove the entry at zero so idle callers cost no memory.
+        self.limiter.held.remove_if_mut(&self.key, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+}
+
+impl Limiter {
+    /// A limiter enforcing `limits`.
+    pub fn new(limits: CallerLimits) -> Arc<Self> {
+        Arc::new(Limiter {
+            limits,
+            held: DashMap::new(),
+        })
+    }
+
+    /// The caller of a request: its user, or (unauthenticated) its address.
+    pub fn caller(extensions: &http::Extensions) -> String {
+        if let Some(identity) = extensions.get::<Identity>() {
+            return identity.user.clone();
+        }
+        extensions
+            .get::<ConnInfo>()
+            .and_then(|c| c.remote_addr)
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|| "anonymous".to_owned())
+    }
+
+    /// One more `what` for `caller`, if under its bound.
+    pub fn acquire(self: &Arc<Self>, caller: &str, what: Held) -> Result<Permit, AuthError> {
+        let max = match what {
+            Held::Watch => self.limits.watches,
+            Held::Snapshot => self.limits.snapshots,
+        };
+        let key = (caller.to_owned(), what);
+        let mut held = self.held.entry(key.clone()).or_default();
+        if max != 0 && *held >= max {
+            return Err(AuthError::LimitExceeded {
+                user: caller.to_owned(),
+                what: what.plural(),
+                open: *held,
+            });
+        }
+        *held += 1;
+        Ok(Permit {
+            limiter: self.clone(),
+            key,
+        })
+    }
+
+    /// How many `what` `caller` holds.
+    pub fn held(&self, caller: &str, what: Held) -> usize {
+        self.held.get(&(caller.to_owned(), what)).map_or(0, |n| *n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_caller_is_bounded_on_its_own_and_permits_come_back() {
+        let limiter = Limiter::new(CallerLimits {
+            watches: 2,
+            snapshots: 1,
+        });
+        let a1 = limiter.acquire("a", Held::Watch).unwrap();
+        let _a2 = limiter.acquire("a", Held::Watch).unwrap();
+        let err = limiter.acquire("a", Held::Watch).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "user \"a\" already has 2 watches open, the most allowed per caller"
+        );
+        // Another caller, and another kind, are not affected.
+        let _b = limiter.acquire("b", Held::Watch).unwrap();
+        let s = limiter.acquire("a", Held::Snapshot).unwrap();
+        assert!(limiter.acquire("a", Held::Snapshot).is_err());
+        drop(a1);
+        drop(s);
+        limiter.acquire("a", Held::Watch).unwrap();
+        assert_eq!(limiter.held("a", Held::Snapshot), 0);
+        assert!(limiter.held.get(&("a".into(), Held::Snapshot)).is_none());
+    }
+
+    #[test]
+    fn zero_means_unbounded() {
+        let limiter = Limiter::new(CallerLimits::default());
+        let permits: Vec<_> = (0..1000)
+            .map(|_| limiter.acquire("a", Held::Watch).unwrap())
+            .collect();
+        assert_eq!(limiter.held("a", Held::Watch), permits.len());
+    }
+}

@@ -1,0 +1,180 @@
+//! The two questions kube-fanout asks the API server: who holds this token
+//! (TokenReview) and may this user do this (SubjectAccessReview). Traits so
+//! the caching and re-checking above them can be tested without a server;
+//! [`KubeReviews`] asks the real one.
+
+use std::{fmt, time::Duration};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::{
+    authentication::v1::{TokenReview, TokenReviewSpec},
+    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+};
+use kube::api::{Api, PostParams};
+
+use super::{AUTHENTICATED_GROUP, Attributes, AuthError, Identity, quote};
+
+/// The API server's answer about a token: who holds it, or why it is not
+/// accepted.
+pub type TokenVerdict = Result<Identity, String>;
+
+/// The API server's answer about an access.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessVerdict {
+    /// Allowed.
+    pub allowed: bool,
+    /// The authorizer's reason (empty if it gave none).
+    pub reason: String,
+}
+
+/// Checks bearer tokens.
+pub trait TokenReviewer: Send + Sync + fmt::Debug {
+    /// Reviews `token` for `audiences` (none: the API server's own).
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        audiences: &'a [String],
+    ) -> BoxFuture<'a, Result<TokenVerdict, AuthError>>;
+}
+
+/// Checks accesses.
+pub trait AccessReviewer: Send + Sync + fmt::Debug {
+    /// Reviews whether `identity` may do `attributes`.
+    fn review_access<'a>(
+        &'a self,
+        identity: &'a Identity,
+        attributes: &'a Attributes,
+    ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>>;
+}
+
+/// Reviews made by the API server kube-fanout reflects. Its own identity
+/// needs `create` on `tokenreviews` and `subjectaccessreviews`.
+#[derive(Clone)]
+pub struct KubeReviews {
+    client: kube::Client,
+    timeout: Duration,
+}
+
+impl fmt::Debug for KubeReviews {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeReviews")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeReviews {
+    /// Reviews through `client`, each given at most `timeout`.
+    pub fn new(client: kube::Client, timeout: Duration) -> Self {
+        KubeReviews { client, timeout }
+    }
+
+    async fn create<K>(&self, review: &'static str, object: &K) -> Result<K, AuthError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let unavailable = |message: String| AuthError::Unavailable { review, message };
+        match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), object)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(err)) => Err(unavailable(quote(&err.to_string()))),
+            Err(_) => Err(unavailable(format!("no answer within {:?}", self.timeout))),
+        }
+    }
+}
+
+impl TokenReviewer for KubeReviews {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        audiences: &'a [String],
+    ) -> BoxFuture<'a, Result<TokenVerdict, AuthError>> {
+        Box::pin(async move {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: token.to_owned(),
+                    audiences: (!audiences.is_empty()).then(|| audiences.to_vec()),
+                },
+                ..TokenReview::default()
+            };
+            let status = self
+                .create("TokenReview", &review)
+                .await?
+                .status
+                .unwrap_or_default();
+            if status.authenticated != Some(true) {
+                let reason = status.error.unwrap_or_default();
+                return Ok(Err(if reason.is_empty() {
+                    "the API server did not authenticate it".to_owned()
+                } else {
+                    quote(&reason)
+                }));
+            }
+            // The API server answers with the audiences the token is valid
+            // for among those asked; none in common means another audience.
+            let granted = status.audiences.unwrap_or_default();
+            if !audiences.is_empty() && !granted.iter().any(|a| audiences.contains(a)) {
+                return Ok(Err(format!(
+                    "the token is not for any of the audiences {}",
+                    quote(&audiences.join(", "))
+                )));
+            }
+            let user = status.user.unwrap_or_default();
+            let mut groups = user.groups.unwrap_or_default();
+            if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+                groups.push(AUTHENTICATED_GROUP.to_owned());
+            }
+            Ok(Ok(Identity {
+                user: user.username.unwrap_or_default(),
+                uid: user.uid.unwrap_or_default(),
+                groups,
+                extra: user.extra.unwrap_or_default(),
+            }))
+        })
+    }
+}
+
+impl AccessReviewer for KubeReviews {
+    fn review_access<'a>(
+        &'a self,
+        identity: &'a Identity,
+        attributes: &'a Attributes,
+    ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
+        Box::pin(async move {
+            let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: some(&identity.user),
+                    uid: some(&identity.uid),
+                    groups: Some(identity.groups.clone()),
+                    extra: (!identity.extra.is_empty()).then(|| identity.extra.clone()),
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(attributes.verb.as_str().to_owned()),
+                        group: Some(attributes.group.clone()),
+                        version: some(&attributes.version),
+                        resource: Some(attributes.resource.clone()),
+                        namespace: some(&attributes.namespace),
+                        name: some(&attributes.name),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let status = self
+                .create("SubjectAccessReview", &review)
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(AccessVerdict {
+                allowed: status.allowed && status.denied != Some(true),
+                reason: status.reason.unwrap_or_default(),
+            })
+        })
+    }
+}

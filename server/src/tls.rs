@@ -1,0 +1,403 @@
+//! TLS on the gRPC listener: the serving certificate is read again when its
+//! files change (checked at each handshake, so rotation needs no restart
+//! and open connections are untouched, as Kubernetes components do), and
+//! an optional client CA verifies client certificates, whose CN is the user
+//! and O entries the groups, as the API server maps them.
+
+use std::{
+    io,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, SystemTime},
+};
+
+use futures::Stream;
+use parking_lot::Mutex;
+use rustls::{
+    RootCertStore, ServerConfig,
+    crypto::CryptoProvider,
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
+    sign::CertifiedKey,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+};
+use tokio_rustls::{TlsAcceptor, server::TlsStream};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Connected;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::auth::{AUTHENTICATED_GROUP, Identity};
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files TLS is served from.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle that client certificates must chain to, for mTLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or parsed as PEM.
+    #[error("{}: {source}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls_pki_types::pem::Error,
+    },
+    /// A PEM file without a certificate.
+    #[error("{}: no certificate in it", .0.display())]
+    NoCertificate(PathBuf),
+    /// The key does not fit the certificate, or is of an unsupported kind.
+    #[error("{} with {}: {source}", cert.display(), key.display())]
+    Key {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// Why.
+        source: rustls::Error,
+    },
+    /// The client CA bundle holds no usable CA.
+    #[error("client CA {}: {source}", path.display())]
+    ClientCa {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::server::VerifierBuilderError,
+    },
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = |source| TlsError::Pem {
+        path: path.to_owned(),
+        source,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(pem)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(pem)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate(path.to_owned()));
+    }
+    Ok(certs)
+}
+
+/// What identifies a file's contents without reading it.
+type Stamp = Option<(SystemTime, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    // Follows symlinks: a Kubernetes Secret volume swaps a symlink.
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// The serving certificate, read again when its files change.
+#[derive(Debug)]
+pub struct ReloadingCertificate {
+    cert: PathBuf,
+    key: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<((Stamp, Stamp), Arc<CertifiedKey>)>,
+}
+
+impl ReloadingCertificate {
+    /// Loads the certificate and key; fails if they cannot be used.
+    pub fn new(cert: &Path, key: &Path, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
+        let stamps = (stamp(cert), stamp(key));
+        let loaded = Self::load(cert, key, &provider)?;
+        Ok(ReloadingCertificate {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            provider,
+            current: Mutex::new((stamps, loaded)),
+        })
+    }
+
+    fn load(
+        cert: &Path,
+        key: &Path,
+        provider: &CryptoProvider,
+    ) -> Result<Arc<CertifiedKey>, TlsError> {
+        let chain = certificates(cert)?;
+        let private = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Pem {
+            path: key.to_owned(),
+            source,
+        })?;
+        let certified =
+            CertifiedKey::from_der(chain, private, provider).map_err(|source| TlsError::Key {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                source,
+            })?;
+        Ok(Arc::new(certified))
+    }
+
+    /// The certificate to serve now: reloaded if either file changed since
+    /// the last look. A pair that does not load (say the certificate was
+    /// replaced and the key not yet) keeps the previous one in service.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let stamps = (stamp(&self.cert), stamp(&self.key));
+        let mut current = self.current.lock();
+        if current.0 != stamps {
+            current.0 = stamps;
+            match Self::load(&self.cert, &self.key, &self.provider) {
+                Ok(loaded) => {
+                    info!(cert = %self.cert.display(), "serving certificate reloaded");
+                    current.1 = loaded;
+                }
+                Err(err) => {
+                    warn!(error = %err, "serving certificate not reloaded; keeping the previous one")
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A TLS acceptor for `files`: HTTP/2 only (gRPC), the serving certificate
+/// reloaded on change, client certificates verified against the client CA
+/// if one is given (and optional, since a bearer token will do as well).
+pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Key {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            source,
+        })?;
+    let builder = match &files.client_ca {
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(certificates(path)?);
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|source| TlsError::ClientCa {
+                        path: path.clone(),
+                        source,
+                    })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let resolver = ReloadingCertificate::new(&files.cert, &files.key, provider)?;
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A client connection, plain or TLS.
+pub enum Conn {
+    /// Plaintext.
+    Plain(TcpStream),
+    /// After a TLS handshake.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// What the gRPC layers learn about a connection (in each request's
+/// extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote_addr: Option<SocketAddr>,
+    /// The user a verified client certificate names.
+    pub client_identity: Option<Identity>,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        match self {
+            Conn::Plain(tcp) => ConnInfo {
+                remote_addr: tcp.peer_addr().ok(),
+                client_identity: None,
+            },
+            Conn::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                ConnInfo {
+                    remote_addr: tcp.peer_addr().ok(),
+                    // Only present when verified against the client CA.
+                    client_identity: session
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| certificate_identity(leaf)),
+                }
+            }
+        }
+    }
+}
+
+/// The user a client certificate names: CN the user, each O a group.
+pub fn certificate_identity(der: &CertificateDer<'_>) -> Option<Identity> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let subject = cert.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    if user.is_empty() {
+        return None;
+    }
+    let mut groups: Vec<String> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    groups.push(AUTHENTICATED_GROUP.to_owned());
+    Some(Identity {
+        user,
+        groups,
+        ..Identity::default()
+    })
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The connections accepted on `listener` until `cancel` fires; with TLS,
+/// each handshake runs in its own task (a slow client delays no other) and
+/// one that fails or times out is logged and dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    cancel: CancellationToken,
+) -> impl Stream<Item = io::Result<Conn>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(
+        async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    () = cancel.cancelled() => return,
+                };
+                let (tcp, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        // Out of file descriptors and the like: transient.
+                        warn!(error = %err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Some(acceptor) = tls.clone() else {
+                    if tx.send(Ok(Conn::Plain(tcp))).await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                let tx = tx.clone();
+                tokio::spawn(
+                    async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(tls)) => {
+                                let _ = tx.send(Ok(Conn::Tls(Box::new(tls)))).await;
+                            }
+                            Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
+                            Err(_) => debug!("TLS handshake timed out"),
+                        }
+                    }
+                    .instrument(info_span!("handshake", %peer)),
+                );
+            }
+        }
+        .instrument(info_span!("accept")),
+    );
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_certificate_names_its_user_and_groups() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "carol");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "team-a");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let identity = certificate_identity(cert.der()).unwrap();
+        assert_eq!(identity.user, "carol");
+        assert_eq!(identity.groups, ["team-a", AUTHENTICATED_GROUP]);
+    }
+}
