@@ -1079,3 +1079,24 @@ async fn the_internal_error_window_includes_its_end_and_a_minute_of_quiet_exactl
     let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
     assert!(relists(&state), "{state:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_one_page_answer_to_rv_0_keeps_later_relists_unpaged() {
+    let (mut reflector, _, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move {
+        reflector.step(State::List).await;
+        reflector.step(State::List).await;
+        reflector
+    });
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(
+        (query["resourceVersion"].as_str(), query["limit"].as_str()),
+        ("0", "500")
+    );
+    send.send_response(full(200, list(10, &[cm("a", 5)], "")));
+    let (query, send) = next(&mut handle).await;
+    assert_eq!(query["resourceVersion"], "10");
+    assert_eq!(query.get("limit"), None, "served by the watch cache");
+    send.send_response(full(200, list(11, &[cm("a", 5)], "")));
+    assert!(!run.await.unwrap().paginated_result);
+}
