@@ -26,7 +26,10 @@ const KEEP_FOR: Duration = Duration::from_secs(60);
 
 /// A malformed `continue` token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid continue token {0:?}: pass back the `continue` of the previous page unchanged")]
+#[error(
+    "invalid continue token {}: pass back the `continue` of the previous page unchanged",
+    crate::error::quote(.0)
+)]
 pub struct BadToken(pub String);
 
 /// Where the next page starts.
@@ -236,6 +239,19 @@ mod tests {
             pages.page(&store, &everything, 1, "1:ns/a"),
             Err(PageError::Read(ReadError::Expired { .. }))
         ));
+    }
+
+    #[test]
+    fn a_huge_bad_token_is_quoted_with_a_bound() {
+        let store = Store::new(configmaps(), 1);
+        store.replace(Vec::new(), ResourceVersion(1));
+        let token = "x".repeat(1 << 20);
+        let err = Pages::default()
+            .page(&store, &Filter::default(), 1, &token)
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(message.contains("1048576 bytes"), "{message}");
     }
 
     #[test]

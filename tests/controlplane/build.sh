@@ -11,6 +11,15 @@ if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
   echo "$out"
   exit 0
 fi
+# Two test binaries may ask at once: one builds, the other waits for it
+# instead of racing it on the same temporary directory.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
+if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
+  echo "$out"
+  exit 0
+fi
 mkdir -p "$out.tmp"
 cd "$here"
 start=$SECONDS
