@@ -1,7 +1,7 @@
 //! The randomized fault test of the Watch contract on the real control
 //! plane (see `kube_fanout_tests::faults`): two kube-fanout replicas as
-//! processes, kill -9 of the API server one of them watches (a 410, a
-//! relist, a re-sync over a real gap) and of each replica, slow readers,
+//! processes, kill -9 of the API server one of them watches (a relist, a
+//! re-sync over a real gap) and of each replica, slow readers,
 //! subscribers that hang up and resume anywhere, and a checker that replays
 //! every subscriber's whole life against a truth recorded from the API
 //! server itself. Zero violations, and every fault really happened.

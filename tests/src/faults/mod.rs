@@ -5,8 +5,9 @@
 //! API server 1, B watches API server 2, both on one etcd), subscribers
 //! with random filters that hang up, resume on either replica, read slowly
 //! and re-snapshot on Expired, and faults: kill -9 and restart of API
-//! server 1 (A's reflector then gets a 410 and relists over a real gap,
-//! since the writers go on through API server 2 meanwhile), kill -9 and
+//! server 1 (A's watch breaks and its reflector relists once the server
+//! is back, over a real gap, since the writers go on through API server 2
+//! meanwhile), kill -9 and
 //! restart of a replica, slow readers. At the end the [`checker`] replays
 //! every subscriber's whole life against the truth.
 
@@ -128,9 +129,10 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "faults injected: {} API server kill -9/restarts (replica A relisted {} times), {} replica kill -9/restarts; {:.0?}",
+            "faults injected: {} API server kill -9/restarts (replica A relisted {} times; {} changes made while it was down), {} replica kill -9/restarts; {:.0?}",
             self.faults.apiserver_restarts,
             self.faults.relists,
+            self.faults.gap_changes,
             self.faults.replica_kills,
             self.elapsed
         )?;
@@ -331,15 +333,18 @@ async fn inject_faults(
             let relists = replicas[0].status().await?.relists;
             tracing::info!("fault: kill -9 API server 1 (replica A's)");
             cp.kill_apiserver().await?;
+            let before = truth.changes();
             truth
-                .wait_changes(truth.changes() + plan.changes_while_down, deadline)
+                .wait_changes(before + plan.changes_while_down, deadline)
                 .await?;
             cp.restart_apiserver().await?;
-            replicas[0]
+            // Writes go on while it starts, so the gap is wider still.
+            faults.gap_changes += truth.changes() - before;
+            let now = replicas[0]
                 .wait_relisted(relists, Duration::from_secs(120))
                 .await?;
             faults.apiserver_restarts += 1;
-            faults.relists += 1;
+            faults.relists += now - relists;
         }
         if round < plan.replica_kills {
             truth

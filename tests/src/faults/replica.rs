@@ -126,7 +126,7 @@ impl Replica {
     }
 
     /// Waits until the replica has relisted more than `relists` times (a
-    /// 410 answered by a relist), or fails after `within`.
+    /// re-sync after its API server came back), or fails after `within`.
     pub async fn wait_relisted(&self, relists: u64, within: Duration) -> Result<u64> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
