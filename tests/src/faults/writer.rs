@@ -2,7 +2,10 @@
 //! move in and out of the subscribers' selectors) and deletes of ConfigMaps
 //! across a few namespaces, through the API server that stays up.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result, bail};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rand::{Rng, SeedableRng, rngs::StdRng, seq::IndexedRandom};
@@ -14,6 +17,9 @@ use super::model::{APPS, TIERS};
 /// Names per namespace: few enough that creates, patches and deletes of
 /// the same objects interleave.
 const NAMES: u32 = 24;
+
+/// How long one write may take.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Failed writes in a row (other than the expected races) before a writer
 /// gives up.
@@ -32,7 +38,7 @@ pub async fn write(
         let ns = namespaces.choose(&mut rng).context("no namespace")?;
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let name = format!("cm-{}", rng.random_range(0..NAMES));
-        let outcome = match rng.random_range(0..10) {
+        let write = match rng.random_range(0..10) {
             0..3 => {
                 let mut cm = ConfigMap::default();
                 cm.metadata.name = Some(name.clone());
@@ -45,7 +51,8 @@ pub async fn write(
                         .collect(),
                 );
                 cm.data = Some([("value".to_owned(), rng.random::<u32>().to_string())].into());
-                api.create(&PostParams::default(), &cm).await.map(drop)
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &cm).await.map(drop) }.boxed()
             }
             3..8 => {
                 let patch = match rng.random_range(0..3) {
@@ -56,17 +63,32 @@ pub async fn write(
                         "data": { "value": rng.random::<u32>().to_string() },
                     }),
                 };
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(drop)
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(drop)
+                }
+                .boxed()
             }
-            _ => api.delete(&name, &DeleteParams::default()).await.map(drop),
+            _ => async move { api.delete(&name, &DeleteParams::default()).await.map(drop) }.boxed(),
         };
-        match outcome {
-            Ok(()) => failures = 0,
+        // Stopping does not wait for a write, and no write waits forever
+        // (an API server whose etcd died answers slowly or never).
+        let outcome = tokio::select! {
+            () = stop.cancelled() => break,
+            outcome = tokio::time::timeout(WRITE_TIMEOUT, write) => outcome,
+        };
+        let failure = match outcome {
+            Ok(Ok(())) => None,
             // Races between writers: exists, not found, conflict.
-            Err(kube::Error::Api(s)) if [404, 409].contains(&s.code) => failures = 0,
-            Err(e) => {
+            Ok(Err(kube::Error::Api(s))) if [404, 409].contains(&s.code) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {WRITE_TIMEOUT:?}")),
+        };
+        match failure {
+            None => failures = 0,
+            Some(e) => {
                 failures += 1;
                 tracing::warn!(error = %e, failures, "write failed");
                 if failures >= MAX_FAILURES {
@@ -103,7 +125,9 @@ pub async fn mark(client: &kube::Client, namespace: &str, name: &str) -> Result<
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut cm = ConfigMap::default();
     cm.metadata.generate_name = Some(format!("{name}-"));
-    let cm = api.create(&PostParams::default(), &cm).await?;
+    let cm = tokio::time::timeout(WRITE_TIMEOUT, api.create(&PostParams::default(), &cm))
+        .await
+        .with_context(|| format!("no answer within {WRITE_TIMEOUT:?}"))??;
     let rv = cm.metadata.resource_version.unwrap_or_default();
     rv.parse()
         .with_context(|| format!("resourceVersion {rv:?}"))
