@@ -35,7 +35,10 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
     );
     // The faults reached the subscribers, not just the servers.
     assert!(report.faults.relists >= plan.apiserver_restarts as u64);
-    assert!(report.figures.resyncs > 0, "a re-sync unit reached a subscriber");
+    assert!(
+        report.figures.resyncs > 0,
+        "a re-sync unit reached a subscriber"
+    );
     assert!(report.figures.cut_offs > 0, "a slow reader was cut off");
     assert!(
         report.violations.is_empty(),
