@@ -415,14 +415,11 @@ impl Store {
     /// and the unit is written in chunks, so neither the walk over every
     /// object nor a large unit stalls readers.
     pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
-        let mut fresh: HashMap<String, Arc<Object>> = objects
-            .into_iter()
-            .map(|o| (o.key.clone(), Arc::new(o)))
-            .collect();
+        let fresh: Vec<Arc<Object>> = objects.into_iter().map(Arc::new).collect();
         if self.ring.lock().floor.is_none() {
             self.objects.clear();
-            for (key, object) in fresh {
-                self.objects.insert(key, object);
+            for object in fresh {
+                self.objects.insert(object.key.clone(), object);
             }
             let head = {
                 let mut ring = self.ring.lock();
@@ -433,20 +430,26 @@ impl Store {
             self.head.send_replace(head);
             return;
         }
-        let old: Vec<(String, Arc<Object>)> = self
-            .objects
-            .iter()
-            .map(|e| (e.key().clone(), e.value().clone()))
-            .collect();
+        // The new list indexed by key, borrowing the keys: a relist of many
+        // objects allocates no key strings. Walking the map holds one
+        // shard's read lock at a time; the reflector, the only writer, is
+        // the caller, so nothing changes underneath.
+        let mut unseen: HashMap<&str, &Arc<Object>> =
+            fresh.iter().map(|o| (o.key.as_str(), o)).collect();
         let mut changes: Vec<Change> = Vec::new();
-        for (key, old) in old {
-            match fresh.remove(&key) {
-                Some(new) if new.same_state(&old) => {}
-                Some(new) => changes.push((EventKind::Modified, new, Some(old))),
-                None => changes.push((EventKind::Deleted, old.clone(), Some(old))),
+        for entry in self.objects.iter() {
+            let old = entry.value();
+            match unseen.remove(entry.key().as_str()) {
+                Some(new) if new.same_state(old) => {}
+                Some(new) => changes.push((EventKind::Modified, new.clone(), Some(old.clone()))),
+                None => changes.push((EventKind::Deleted, old.clone(), Some(old.clone()))),
             }
         }
-        changes.extend(fresh.into_values().map(|new| (EventKind::Added, new, None)));
+        changes.extend(
+            unseen
+                .into_values()
+                .map(|new| (EventKind::Added, new.clone(), None)),
+        );
         // Any order is exact (the unit is applied whole); key order makes
         // the stream easy to read and to test.
         changes.sort_by(|a, b| a.1.key.cmp(&b.1.key));
