@@ -63,7 +63,7 @@ async fn stopped_by(signal: &str) -> Result<()> {
     let mut lines = BufReader::new(demo.stderr.take().context("stderr")?).lines();
     tokio::time::timeout(Duration::from_secs(180), async {
         while let Some(line) = lines.next_line().await? {
-            if line.contains("kube-fanout serving on") {
+            if line.contains("kube-fanout serving") {
                 return Ok(());
             }
         }

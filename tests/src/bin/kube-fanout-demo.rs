@@ -84,6 +84,10 @@ async fn main() -> Result<()> {
         .args(["--metrics-listen", &metrics])
         .spawn()
         .with_context(|| format!("starting {}", args.kube_fanout.display()))?;
+    // The tie to this process is kube-fanout's stdin: held here, because
+    // `Child::wait` (below) closes a stdin it still owns, which would end
+    // kube-fanout at once.
+    let _tie = server.stdin.take();
     let config = ClientConfig::new([format!("https://{addr}")])
         .tls(
             ClientTlsConfig::new()
