@@ -420,8 +420,12 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
     );
     let mut fanout = run_like_the_pod(&cp, &args, &[], &sa_kubeconfig, "fanout")?;
     fanout.wait_serving(READINESS_SERVICE).await?;
+    // The subscriber is the admin: kube-fanout (as the chart's identity)
+    // authenticates it with TokenReview and authorizes every Get with
+    // SubjectAccessReview, so this also proves the chart grants those. The
+    // chart's own identity may list and watch, not get.
     let mut client = ClientConfig::new([fanout.addr.to_string()])
-        .bearer_token(token.clone())
+        .bearer_token(ADMIN_TOKEN)
         .connect()
         .await?;
     let synced: BTreeSet<String> = client
