@@ -47,7 +47,7 @@ use kube_fanout::{
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{
-    EventType, ResourceRef, WatchEvent, WatchRequest,
+    EventType, ListResourcesRequest, ResourceRef, WatchEvent, WatchRequest,
     kube_fanout_client::KubeFanoutClient,
     kube_fanout_server::{KubeFanout, KubeFanoutServer},
 };
@@ -677,17 +677,20 @@ fn subscribe(
     channels: &[Channel],
     count: usize,
     initial_events: bool,
+    resource_version: &str,
     seen: &Arc<Seen>,
 ) -> Vec<JoinHandle<Vec<Receipt>>> {
     (0..count)
         .map(|i| {
             let mut client = KubeFanoutClient::new(channels[i % channels.len()].clone());
             let seen = seen.clone();
+            let resource_version = resource_version.to_owned();
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let request = WatchRequest {
                     resource: Some(configmaps_ref()),
                     send_initial_events: initial_events,
+                    resource_version,
                     ..Default::default()
                 };
                 let Ok(response) = client.watch(request).await else {
@@ -759,7 +762,7 @@ async fn deliveries(mode: Mode, args: &RunArgs) -> anyhow::Result<Deliveries> {
     let mut server = ServerProcess::start(mode).await?;
     let channels = server.connect(args.connections).await?;
     let seen = Arc::new(Seen::default());
-    let tasks = subscribe(&channels, args.subscribers, false, &seen);
+    let tasks = subscribe(&channels, args.subscribers, false, "", &seen);
     warm_up(&mut server, &seen, args.subscribers).await?;
     let before = seen.events.load(Ordering::Relaxed);
     let expected = args.events * args.subscribers as u64;
@@ -806,11 +809,11 @@ async fn idle_memory(mode: Mode, args: &RunArgs) -> anyhow::Result<u64> {
     let mut server = ServerProcess::start(mode).await?;
     let channels = server.connect(args.connections).await?;
     let seen = Arc::new(Seen::default());
-    let _first = subscribe(&channels, 1, false, &seen);
+    let _first = subscribe(&channels, 1, false, "", &seen);
     warm_up(&mut server, &seen, 1).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = server.rss_bytes()?;
-    let _idle = subscribe(&channels, args.idle, false, &seen);
+    let _idle = subscribe(&channels, args.idle, false, "", &seen);
     warm_up(&mut server, &seen, args.idle + 1).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after = server.rss_bytes()?;
@@ -828,7 +831,7 @@ async fn snapshot(args: &RunArgs) -> anyhow::Result<(f64, Duration, Duration)> {
     let seen = Arc::new(Seen::default());
     let cpu = server.cpu().await?;
     let start = Instant::now();
-    let _watch = subscribe(&channels, 1, true, &seen);
+    let _watch = subscribe(&channels, 1, true, "", &seen);
     // Every object, then the initial-events-end bookmark.
     let events = args.snapshot_objects as u64 + 1;
     seen.wait("the snapshot", |s| {
@@ -942,8 +945,19 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
         bail!("loading the store: {loaded}");
     }
     let channels = server.connect(args.connections).await?;
+    // Watch from the store's RV: a watch from "" without initial events
+    // first gets every object as a synthetic ADDED (as from the API
+    // server), which at 100,000 objects is the load, not the relist.
+    let resource_version = KubeFanoutClient::new(channels[0].clone())
+        .list_resources(ListResourcesRequest {})
+        .await?
+        .into_inner()
+        .resources
+        .first()
+        .map(|r| r.resource_version.clone())
+        .context("the server serves no resource")?;
     let seen = Arc::new(Seen::default());
-    let tasks = subscribe(&channels, args.subscribers, false, &seen);
+    let tasks = subscribe(&channels, args.subscribers, false, &resource_version, &seen);
     warm_up(&mut server, &seen, args.subscribers).await?;
     seen.recording.store(true, Ordering::Relaxed);
     let count = (args.rate * args.window_seconds).ceil() as u64;
