@@ -417,10 +417,11 @@ async fn follow(
     stop: &CancellationToken,
 ) -> Result<Delivery, WatchError> {
     loop {
+        let shutting_down = WatchError::ShuttingDown {
+            resume_from: live.resume_from,
+        };
         if stop.is_cancelled() {
-            return Err(WatchError::ShuttingDown {
-                resume_from: live.resume_from,
-            });
+            return Err(shutting_down);
         }
         while let Some(event) = live.pending.pop_front() {
             live.cursor = event.seq;
@@ -437,7 +438,7 @@ async fn follow(
         };
         if live
             .lag
-            .exceeded(store, spec, limits, &now, live.cursor, live.cursor_bytes)?
+            .exceeded(store, spec, limits, &now, live.cursor, live.cursor_bytes)
         {
             return Err(lagged);
         }
@@ -455,18 +456,9 @@ async fn follow(
             () = live.progress.as_mut() => Wake::Progress,
         };
         match wake {
-            Wake::Changed { store_gone: true } => {
-                // The store went away with the server: end as a shutdown.
-                return Err(WatchError::ShuttingDown {
-                    resume_from: live.resume_from,
-                });
-            }
+            // A store gone away goes with the server: a shutdown too.
+            Wake::Changed { store_gone: true } | Wake::Stop => return Err(shutting_down),
             Wake::Changed { store_gone: false } => {}
-            Wake::Stop => {
-                return Err(WatchError::ShuttingDown {
-                    resume_from: live.resume_from,
-                });
-            }
             Wake::Progress => {
                 let due = live.last_sent + limits.progress_interval;
                 if Instant::now() >= due {
@@ -528,7 +520,7 @@ impl LagBound {
         head: &Head,
         cursor: u64,
         cursor_bytes: u64,
-    ) -> Result<bool, WatchError> {
+    ) -> bool {
         let (from, from_bytes) = if cursor >= self.start_seq {
             (cursor, cursor_bytes)
         } else {
@@ -537,17 +529,17 @@ impl LagBound {
         let events = head.seq.saturating_sub(from);
         let bytes = head.bytes.saturating_sub(from_bytes);
         if events <= limits.max_lag_events && bytes <= limits.max_lag_bytes {
-            return Ok(false);
+            return false;
         }
         if head.seq < self.recheck_seq && head.bytes < self.recheck_bytes {
-            return Ok(false);
+            return false;
         }
         let (mut owed_events, mut owed_bytes) = (0u64, 0u64);
         let mut at = from;
         while at < head.seq {
             let Ok(batch) = store.read_after(at, BATCH) else {
                 // The ring dropped what the subscriber had not read.
-                return Ok(true);
+                return true;
             };
             let Some(last) = batch.last() else { break };
             at = last.seq;
@@ -558,12 +550,12 @@ impl LagBound {
                 }
             }
             if owed_events > limits.max_lag_events || owed_bytes > limits.max_lag_bytes {
-                return Ok(true);
+                return true;
             }
         }
         self.recheck_seq = head.seq + (limits.max_lag_events - owed_events) + 1;
         self.recheck_bytes = head.bytes + (limits.max_lag_bytes - owed_bytes) + 1;
-        Ok(false)
+        false
     }
 }
 
