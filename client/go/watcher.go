@@ -97,7 +97,7 @@ func (w *watcher) pump(ctx context.Context, stream pb.KubeFanout_WatchClient, s 
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil || timedOut(ctx, err) {
 				return codes.OK
 			}
 			w.send(ctx, errorEvent(statusError(err)))
@@ -168,4 +168,14 @@ func convert(ev *pb.WatchEvent, s watchSettings) (watch.Event, bool, error) {
 func isInitialEventsEnd(obj runtime.Object) bool {
 	accessor, ok := obj.(metav1.Object)
 	return ok && accessor.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+}
+
+// timedOut reports whether err ends the stream because its timeout passed:
+// the deadline travels to the server, which may cancel the stream a moment
+// before this side's own timer fires.
+func timedOut(ctx context.Context, err error) bool {
+	deadline, ok := ctx.Deadline()
+	code := status.Code(err)
+	return ok && (code == codes.Canceled || code == codes.DeadlineExceeded) &&
+		time.Until(deadline) < 100*time.Millisecond
 }
