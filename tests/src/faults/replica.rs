@@ -66,6 +66,37 @@ impl Replica {
         Ok(())
     }
 
+    /// Sends SIGTERM (as the kubelet does when a pod is deleted) and waits
+    /// for the process to exit; how long it took, or an error if it was not
+    /// running or outlived `within` (it is then killed).
+    pub async fn terminate(&mut self, within: Duration) -> Result<Duration> {
+        let mut child = self.child.take().context("not running")?;
+        let pid = child.id().context("already reaped")?;
+        // `Child::wait` closes stdin, which is the tie that kills the
+        // program (`controlplane::tied_command`): hold it until it exited.
+        let _tie = child.stdin.take();
+        let sent = tokio::time::Instant::now();
+        let killed = std::process::Command::new("kill")
+            .args(["-s", "TERM", &pid.to_string()])
+            .status()?;
+        anyhow::ensure!(killed.success(), "kill -s TERM {pid}");
+        match tokio::time::timeout(within, child.wait()).await {
+            Ok(exit) => {
+                let exit = exit?;
+                anyhow::ensure!(exit.success(), "replica {} exited with {exit}", self.name);
+                Ok(sent.elapsed())
+            }
+            Err(_) => {
+                child.kill().await?;
+                bail!(
+                    "replica {} still running {within:?} after SIGTERM:\n{}",
+                    self.name,
+                    self.log_tail()
+                )
+            }
+        }
+    }
+
     /// Starts the process (again) on fresh ports and waits until synced.
     pub async fn restart(&mut self) -> Result<()> {
         self.kill().await?;
