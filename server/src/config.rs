@@ -43,6 +43,12 @@ pub struct Config {
     )]
     pub metrics_listen: SocketAddr,
 
+    /// Address of a plaintext listener serving only grpc.health.v1, for the
+    /// kubelet's gRPC probes when --tls-cert-file is set (they cannot speak
+    /// TLS). Off unless set.
+    #[arg(long, env = "KUBE_FANOUT_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
+
     /// Kubeconfig file; defaults to $KUBECONFIG, ~/.kube/config, then the
     /// in-cluster service account.
     #[arg(long, env = "KUBECONFIG")]

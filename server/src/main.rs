@@ -25,6 +25,7 @@ async fn main() -> anyhow::Result<()> {
         history: config.history(),
         limits: config.limits(),
         metrics_addr: Some(config.metrics_listen),
+        health_addr: config.health_listen,
         security: config.security(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;

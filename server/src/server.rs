@@ -41,6 +41,11 @@ pub struct ServerOptions {
     pub limits: Limits,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where to serve `grpc.health.v1` alone, in plaintext, if anywhere:
+    /// the kubelet's gRPC probe cannot speak TLS, so with TLS on the main
+    /// listener the probes ask here. It tells only whether the server is
+    /// up and synced, as the API server's `/readyz` does to anyone.
+    pub health_addr: Option<SocketAddr>,
     /// TLS, authentication and authorization.
     pub security: Security,
 }
@@ -128,6 +133,9 @@ pub struct Running {
     pub local_addr: SocketAddr,
     /// The address the metrics listener is bound to, if one was asked for.
     pub metrics_addr: Option<SocketAddr>,
+    /// The address the plaintext health listener is bound to, if one was
+    /// asked for.
+    pub health_addr: Option<SocketAddr>,
     /// The served types.
     pub cache: Arc<Cache>,
     tasks: JoinSet<Result<(), ServeError>>,
@@ -194,6 +202,29 @@ pub async fn start(
         report_health(cache.clone(), health, cancel.clone()).instrument(info_span!("health")),
     );
 
+    let health_addr = match options.health_addr {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let probes = tonic::transport::Server::builder().add_service(health_service.clone());
+            let shutdown = cancel.clone();
+            tasks.spawn(
+                async move {
+                    probes
+                        .serve_with_incoming_shutdown(
+                            tonic::transport::server::TcpIncoming::from(listener),
+                            shutdown.cancelled(),
+                        )
+                        .await?;
+                    Ok(())
+                }
+                .instrument(info_span!("health-listener", %bound)),
+            );
+            Some(bound)
+        }
+        None => None,
+    };
+
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
@@ -254,6 +285,7 @@ pub async fn start(
     Ok(Running {
         local_addr,
         metrics_addr,
+        health_addr,
         cache,
         tasks,
         cancel,

@@ -21,6 +21,8 @@ pub struct Fanout {
     pub addr: SocketAddr,
     /// Where it serves Prometheus metrics.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where it serves plaintext health, if asked to.
+    pub health_addr: Option<SocketAddr>,
     /// What it was started with, to start it again.
     pub options: ServerOptions,
     running: Option<Running>,
@@ -48,6 +50,7 @@ impl Fanout {
             history: HistoryLimits::default(),
             limits: Limits::default(),
             metrics_addr: Some("127.0.0.1:0".parse()?),
+            health_addr: None,
             security: Security::default(),
         };
         adjust(&mut options);
@@ -67,6 +70,7 @@ impl Fanout {
         Ok(Fanout {
             addr: running.local_addr,
             metrics_addr: running.metrics_addr,
+            health_addr: running.health_addr,
             options,
             running: Some(running),
             cancel,

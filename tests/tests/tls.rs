@@ -9,6 +9,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use kube::api::{Api, PostParams};
 use kube_fanout::{server::AuthOptions, tls::TlsFiles};
 use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig};
+use kube_fanout_proto::v1::{ListResourcesRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, user_token},
     fanout::Fanout,
@@ -18,6 +19,9 @@ use kube_fanout_tests::{
     },
 };
 use tonic::{Code, transport::Identity};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 
 fn write_serving(dir: &Path, pair: Pair) -> Result<()> {
     std::fs::write(dir.join("tls.key"), pair.key)?;
@@ -46,6 +50,35 @@ async fn connect(
         config = config.bearer_token(token);
     }
     config.connect().await
+}
+
+/// With TLS on, the kubelet's plaintext gRPC probe gets readiness from the
+/// health listener, which serves nothing else; the gRPC port itself
+/// refuses plaintext.
+async fn plaintext_health_is_served_apart(fanout: &Fanout) -> Result<()> {
+    let plaintext = |addr| async move {
+        tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+            .connect()
+            .await
+            .map_err(anyhow::Error::from)
+    };
+    let probe = fanout.health_addr.expect("a health listener was asked for");
+    let ready = HealthClient::new(plaintext(probe).await?)
+        .check(HealthCheckRequest {
+            service: "kubefanout.v1.KubeFanout".into(),
+        })
+        .await?;
+    assert_eq!(ready.into_inner().status(), ServingStatus::Serving);
+    let other = KubeFanoutClient::new(plaintext(probe).await?)
+        .list_resources(ListResourcesRequest {})
+        .await
+        .expect_err("the health listener serves only health");
+    assert_eq!(other.code(), Code::Unimplemented, "{other:?}");
+    let tls_port = HealthClient::new(plaintext(fanout.addr).await?)
+        .check(HealthCheckRequest::default())
+        .await;
+    assert!(tls_port.is_err(), "plaintext on the TLS port: {tls_port:?}");
+    Ok(())
 }
 
 /// Grants the group `group` list and watch on configmaps in `namespace`.
@@ -106,9 +139,11 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let fanout = Fanout::start_with(admin.clone(), &["v1/configmaps"], |o| {
         o.security.tls = Some(files);
         o.security.auth = Some(AuthOptions::default());
+        o.health_addr = Some("127.0.0.1:0".parse().expect("an address"));
     })
     .await?;
     fanout.wait_synced().await?;
+    plaintext_health_is_served_apart(&fanout).await?;
 
     // A client certificate: CN the user, O the group that RBAC grants.
     let mut frank = connect(

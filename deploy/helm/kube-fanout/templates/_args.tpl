@@ -10,6 +10,9 @@ binary's own defaults stay the defaults.
 {{- end }}
 - {{ printf "--listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort)) | quote }}
 - {{ printf "--metrics-listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.metricsPort)) | quote }}
+{{- if eq (include "kube-fanout.probeMode" .) "grpcHealthPort" }}
+- {{ printf "--health-listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.healthPort)) | quote }}
+{{- end }}
 {{- with .Values.config }}
 {{- if .logJson }}
 - "--log-json"

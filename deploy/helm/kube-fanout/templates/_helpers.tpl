@@ -112,19 +112,23 @@ checked each entry's form.
 {{- if and (not .Values.auth.enabled) (not (include "kube-fanout.loopback" .)) (not .Values.auth.insecureAllowUnauthenticated) }}
 {{- fail (printf "auth.enabled=false would serve every object to anyone who reaches %s: allowed only with listen.host on loopback (127.0.0.1, ::1) or with auth.insecureAllowUnauthenticated=true" (include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort))) }}
 {{- end }}
+{{- if and .Values.tls.enabled (has .Values.listen.healthPort (list .Values.listen.grpcPort .Values.listen.metricsPort)) }}
+{{- fail (printf "listen.healthPort %v is also the gRPC or metrics port: with TLS on, the plaintext health listener needs a port of its own" .Values.listen.healthPort) }}
+{{- end }}
 {{- if and .Values.auth.insecureAllowUnauthenticated .Values.auth.enabled }}
 {{- fail "auth.insecureAllowUnauthenticated only applies with auth.enabled=false" }}
 {{- end }}
-{{- if and (eq .Values.probes.mode "grpc") .Values.tls.enabled }}
-{{- fail "probes.mode=grpc with tls.enabled: the kubelet's gRPC probe speaks plaintext and would fail; use auto, tcp, or grpcTLS (Kubernetes 1.37+ with GRPCContainerProbeTLS)" }}
-{{- end }}
 {{- end }}
 
-{{/* The effective probe mode: grpc, grpcTLS, tcp, or none (loopback). */}}
+{{/*
+The effective probe mode: grpc, grpcHealthPort (gRPC probes on the
+plaintext health listener, the default with TLS: the kubelet's gRPC probe
+speaks plaintext only), grpcTLS, tcp, or none (loopback).
+*/}}
 {{- define "kube-fanout.probeMode" -}}
 {{- if include "kube-fanout.loopback" . }}none
+{{- else if and .Values.tls.enabled (has .Values.probes.mode (list "auto" "grpc")) }}grpcHealthPort
 {{- else if ne .Values.probes.mode "auto" }}{{ .Values.probes.mode }}
-{{- else if .Values.tls.enabled }}tcp
 {{- else }}grpc
 {{- end }}
 {{- end }}
@@ -144,7 +148,7 @@ tcpSocket:
   port: grpc
 {{- else }}
 grpc:
-  port: {{ $root.Values.listen.grpcPort }}
+  port: {{ eq $mode "grpcHealthPort" | ternary $root.Values.listen.healthPort $root.Values.listen.grpcPort }}
   service: {{ $service | quote }}
   {{- if eq $mode "grpcTLS" }}
   mode: TLS
