@@ -95,6 +95,12 @@ pub struct Config {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_HISTORY_EVENTS")]
     pub history_events: u64,
 
+    /// Seconds a reflector may fail without opening a watch before
+    /// readiness (kubefanout.v1.KubeFanout) turns NOT_SERVING, so that new
+    /// subscribers go to a replica that is following; 0: never.
+    #[arg(long, default_value_t = 30, env = "KUBE_FANOUT_UNREADY_AFTER_SECONDS")]
+    pub unready_after_seconds: u64,
+
     /// Seconds an event is retained for resuming (the API server keeps about 75).
     #[arg(long, default_value_t = 75, env = "KUBE_FANOUT_HISTORY_SECONDS")]
     pub history_seconds: u64,
@@ -293,6 +299,12 @@ impl Config {
                 snapshots: self.max_snapshots_per_caller,
             },
         }
+    }
+
+    /// How long a failing reflector keeps the server ready (`None`: for
+    /// ever).
+    pub fn unready_after(&self) -> Option<Duration> {
+        (self.unready_after_seconds > 0).then(|| Duration::from_secs(self.unready_after_seconds))
     }
 
     /// The event history these flags describe.

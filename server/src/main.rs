@@ -26,6 +26,7 @@ async fn main() -> anyhow::Result<()> {
         limits: config.limits(),
         metrics_addr: Some(config.metrics_listen),
         health_addr: config.health_listen,
+        unready_after: config.unready_after(),
         security: config.security(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;

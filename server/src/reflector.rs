@@ -158,6 +158,11 @@ pub struct ReflectorStatus {
     /// LISTs and watch-lists slower than [`trace::SLOW_SYNC`] (each logged
     /// with its steps).
     pub slow_syncs: u64,
+    /// Since when every attempt has failed: set by the first failure after
+    /// a watch was opened, cleared when one opens again. A LIST alone does
+    /// not clear it, so a reflector that may list but not watch (it only
+    /// ever relists, and serves ever staler data) stays failing.
+    pub failing_since: Option<Instant>,
 }
 
 /// Why one step failed.
@@ -419,6 +424,7 @@ impl Reflector {
         let mut status = self.status.lock();
         status.last_error = Some(err.to_string());
         status.failures += 1;
+        status.failing_since.get_or_insert_with(Instant::now);
         State::Backoff {
             delay,
             then: Box::new(then),
@@ -780,6 +786,7 @@ impl Reflector {
         let started = Instant::now();
         self.status.lock().watches += 1;
         let lines = self.upstream.watch(&query).await?;
+        self.status.lock().failing_since = None;
         Ok(OpenWatch { lines, started })
     }
 

@@ -46,6 +46,9 @@ pub struct ServerOptions {
     /// listener the probes ask here. It tells only whether the server is
     /// up and synced, as the API server's `/readyz` does to anyone.
     pub health_addr: Option<SocketAddr>,
+    /// How long a reflector may fail without opening a watch before
+    /// readiness turns NOT_SERVING (`None`: never).
+    pub unready_after: Option<Duration>,
     /// TLS, authentication and authorization.
     pub security: Security,
 }
@@ -199,7 +202,8 @@ pub async fn start(
         .set_not_serving::<KubeFanoutServer<FanoutService>>()
         .await;
     tasks.spawn(
-        report_health(cache.clone(), health, cancel.clone()).instrument(info_span!("health")),
+        report_health(cache.clone(), health, options.unready_after, cancel.clone())
+            .instrument(info_span!("health")),
     );
 
     let health_addr = match options.health_addr {
@@ -329,11 +333,17 @@ fn refuse_unauthenticated_remote(security: &Security, addr: SocketAddr) -> Resul
     Ok(())
 }
 
-/// Reports SERVING once every store has synced (the API server's own
-/// readiness works the same way for its watch cache).
+/// Readiness (`kubefanout.v1.KubeFanout`): SERVING once every store has
+/// synced (the API server's own readiness waits for its watch cache the
+/// same way), and NOT_SERVING again while any reflector has failed for
+/// longer than `unready_after` without opening a watch, since its data is
+/// going stale and new subscribers are better off on a replica that is
+/// following. Open watches are not touched. Liveness (`""`) stays SERVING
+/// once synced: a restart would not bring the API server back.
 async fn report_health(
     cache: Arc<Cache>,
     health: tonic_health::server::HealthReporter,
+    unready_after: Option<Duration>,
     cancel: CancellationToken,
 ) -> Result<(), ServeError> {
     let mut heads: Vec<_> = cache.iter().map(|s| s.store.subscribe()).collect();
@@ -344,18 +354,80 @@ async fn report_health(
         }
     }
     health
-        .set_serving::<KubeFanoutServer<FanoutService>>()
-        .await;
-    health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    info!(service = SERVICE_NAME, "all resource types synced; serving");
-    Ok(())
+    let mut ready = None;
+    let mut tick = tokio::time::interval(READINESS_PERIOD);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = cancel.cancelled() => return Ok(()),
+        }
+        let now = tokio::time::Instant::now();
+        let stale: Vec<String> = cache
+            .iter()
+            .filter(|s| failing_too_long(s.reflector.lock().failing_since, unready_after, now))
+            .map(|s| s.store.resource().gvr.to_string())
+            .collect();
+        if ready == Some(stale.is_empty()) {
+            continue;
+        }
+        ready = Some(stale.is_empty());
+        if stale.is_empty() {
+            health
+                .set_serving::<KubeFanoutServer<FanoutService>>()
+                .await;
+            info!(
+                service = SERVICE_NAME,
+                "every resource type synced and followed; ready"
+            );
+        } else {
+            health
+                .set_not_serving::<KubeFanoutServer<FanoutService>>()
+                .await;
+            warn!(
+                service = SERVICE_NAME,
+                ?stale,
+                ?unready_after,
+                "reflectors failing without a watch; not ready"
+            );
+        }
+    }
+}
+
+/// How often readiness is re-evaluated (the chart probes every 5 s).
+const READINESS_PERIOD: Duration = Duration::from_secs(1);
+
+/// Whether a reflector failing since `since` has failed for longer than
+/// the server stays ready for.
+fn failing_too_long(
+    since: Option<tokio::time::Instant>,
+    unready_after: Option<Duration>,
+    now: tokio::time::Instant,
+) -> bool {
+    match (since, unready_after) {
+        (Some(since), Some(grace)) => now.duration_since(since) >= grace,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_turns_off_only_after_the_grace_and_never_without_one() {
+        let since = tokio::time::Instant::now();
+        let grace = Some(Duration::from_secs(30));
+        tokio::time::advance(Duration::from_secs(29)).await;
+        let now = tokio::time::Instant::now();
+        assert!(!failing_too_long(Some(since), grace, now));
+        assert!(!failing_too_long(None, grace, now));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let now = tokio::time::Instant::now();
+        assert!(failing_too_long(Some(since), grace, now));
+        assert!(!failing_too_long(Some(since), None, now));
+    }
 
     #[test]
     fn unauthenticated_serving_is_for_loopback_unless_explicitly_allowed() {

@@ -51,6 +51,7 @@ impl Fanout {
             limits: Limits::default(),
             metrics_addr: Some("127.0.0.1:0".parse()?),
             health_addr: None,
+            unready_after: None,
             security: Security::default(),
         };
         adjust(&mut options);
