@@ -1,8 +1,9 @@
-//! TLS on the gRPC listener: the serving certificate is read again when its
-//! files change (checked at each handshake, so rotation needs no restart
-//! and open connections are untouched, as Kubernetes components do), and
-//! an optional client CA verifies client certificates, whose CN is the user
-//! and O entries the groups, as the API server maps them.
+//! TLS on the gRPC listener: the serving certificate and the client CA are
+//! read again when their files change (checked at each handshake, so
+//! rotation needs no restart and open connections are untouched, as
+//! Kubernetes components do); the optional client CA verifies client
+//! certificates, whose CN is the user and O entries the groups, as the API
+//! server maps them.
 
 use std::{
     io,
@@ -17,12 +18,16 @@ use std::{
 use futures::Stream;
 use parking_lot::Mutex;
 use rustls::{
-    RootCertStore, ServerConfig,
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+    client::danger::HandshakeSignatureValid,
     crypto::CryptoProvider,
-    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
+    server::{
+        ClientHello, ResolvesServerCert, WebPkiClientVerifier,
+        danger::{ClientCertVerified, ClientCertVerifier},
+    },
     sign::CertifiedKey,
 };
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime, pem::PemObject};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
@@ -107,26 +112,77 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// Something built from files and built again when they change (checked
+/// on each use, by modification time and length): a replacement that does
+/// not load, say a certificate written before its key, keeps the previous
+/// one in service.
+struct Reloading<T> {
+    files: Vec<PathBuf>,
+    what: &'static str,
+    load: Box<dyn Fn() -> Result<T, TlsError> + Send + Sync>,
+    current: Mutex<(Vec<Stamp>, T)>,
+}
+
+impl<T: Clone> Reloading<T> {
+    /// Loads it; fails if the files cannot be used now.
+    fn new(
+        what: &'static str,
+        files: Vec<PathBuf>,
+        load: impl Fn() -> Result<T, TlsError> + Send + Sync + 'static,
+    ) -> Result<Self, TlsError> {
+        let stamps = files.iter().map(|f| stamp(f)).collect();
+        let loaded = load()?;
+        Ok(Reloading {
+            files,
+            what,
+            load: Box::new(load),
+            current: Mutex::new((stamps, loaded)),
+        })
+    }
+
+    /// The current one, built again first if a file changed.
+    fn current(&self) -> T {
+        let stamps: Vec<Stamp> = self.files.iter().map(|f| stamp(f)).collect();
+        let mut current = self.current.lock();
+        if current.0 != stamps {
+            current.0 = stamps;
+            match (self.load)() {
+                Ok(loaded) => {
+                    info!(files = ?self.files, "{} reloaded", self.what);
+                    current.1 = loaded;
+                }
+                Err(err) => {
+                    warn!(error = %err, "{} not reloaded; keeping the previous one", self.what)
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+impl<T> std::fmt::Debug for Reloading<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloading")
+            .field("what", &self.what)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The serving certificate, read again when its files change.
 #[derive(Debug)]
-pub struct ReloadingCertificate {
-    cert: PathBuf,
-    key: PathBuf,
-    provider: Arc<CryptoProvider>,
-    current: Mutex<((Stamp, Stamp), Arc<CertifiedKey>)>,
-}
+pub struct ReloadingCertificate(Reloading<Arc<CertifiedKey>>);
 
 impl ReloadingCertificate {
     /// Loads the certificate and key; fails if they cannot be used.
     pub fn new(cert: &Path, key: &Path, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
-        let stamps = (stamp(cert), stamp(key));
-        let loaded = Self::load(cert, key, &provider)?;
-        Ok(ReloadingCertificate {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-            provider,
-            current: Mutex::new((stamps, loaded)),
-        })
+        let (cert, key) = (cert.to_owned(), key.to_owned());
+        let files = vec![cert.clone(), key.clone()];
+        Ok(ReloadingCertificate(Reloading::new(
+            "serving certificate",
+            files,
+            move || Self::load(&cert, &key, &provider),
+        )?))
     }
 
     fn load(
@@ -148,25 +204,9 @@ impl ReloadingCertificate {
         Ok(Arc::new(certified))
     }
 
-    /// The certificate to serve now: reloaded if either file changed since
-    /// the last look. A pair that does not load (say the certificate was
-    /// replaced and the key not yet) keeps the previous one in service.
+    /// The certificate to serve now, reloaded if either file changed.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let stamps = (stamp(&self.cert), stamp(&self.key));
-        let mut current = self.current.lock();
-        if current.0 != stamps {
-            current.0 = stamps;
-            match Self::load(&self.cert, &self.key, &self.provider) {
-                Ok(loaded) => {
-                    info!(cert = %self.cert.display(), "serving certificate reloaded");
-                    current.1 = loaded;
-                }
-                Err(err) => {
-                    warn!(error = %err, "serving certificate not reloaded; keeping the previous one")
-                }
-            }
-        }
-        current.1.clone()
+        self.0.current()
     }
 }
 
@@ -176,9 +216,91 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
+/// Verifies client certificates against the client CA bundle, read again
+/// when the file changes, so a CA rotation needs no restart either. A
+/// certificate is optional: a bearer token will do as well. No CA names
+/// are hinted to clients (they may not match the reloaded bundle).
+#[derive(Debug)]
+pub struct ReloadingClientVerifier(Reloading<Arc<dyn ClientCertVerifier>>);
+
+impl ReloadingClientVerifier {
+    /// Loads the bundle; fails if it holds no usable CA.
+    pub fn new(path: &Path, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
+        let path = path.to_owned();
+        Ok(ReloadingClientVerifier(Reloading::new(
+            "client CA",
+            vec![path.clone()],
+            move || Self::load(&path, &provider),
+        )?))
+    }
+
+    fn load(
+        path: &Path,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+        let mut roots = RootCertStore::empty();
+        roots.add_parsable_certificates(certificates(path)?);
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|source| TlsError::ClientCa {
+                path: path.to_owned(),
+                source,
+            })
+    }
+}
+
+impl ClientCertVerifier for ReloadingClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.0
+            .current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.current().supported_verify_schemes()
+    }
+}
+
 /// A TLS acceptor for `files`: HTTP/2 only (gRPC), the serving certificate
-/// reloaded on change, client certificates verified against the client CA
-/// if one is given (and optional, since a bearer token will do as well).
+/// and the client CA reloaded on change, client certificates verified
+/// against the client CA if one is given (and optional, since a bearer
+/// token will do as well).
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -189,19 +311,10 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
             source,
         })?;
     let builder = match &files.client_ca {
-        Some(path) => {
-            let mut roots = RootCertStore::empty();
-            roots.add_parsable_certificates(certificates(path)?);
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|source| TlsError::ClientCa {
-                        path: path.clone(),
-                        source,
-                    })?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(path) => builder.with_client_cert_verifier(Arc::new(ReloadingClientVerifier::new(
+            path,
+            provider.clone(),
+        )?)),
         None => builder.with_no_client_auth(),
     };
     let resolver = ReloadingCertificate::new(&files.cert, &files.key, provider)?;

@@ -221,6 +221,48 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let event = next_change(&mut watch).await?;
     assert!(event.object.contains("after-rotation"), "{}", event.object);
 
+    // Client CA rotation: certificates of the new CA map to users at once,
+    // the old CA's are refused on new connections, and frank's open watch
+    // (verified under the old CA) goes on.
+    let rotated_clients = Ca::new("rotated clients")?;
+    std::fs::write(dir.path().join("client-ca.crt"), rotated_clients.pem())?;
+    let mut grace = connect(
+        &fanout,
+        &rotated_ca.pem(),
+        Some(identity(rotated_clients.client("grace", "team-x")?)),
+        None,
+    )
+    .await?;
+    let mut graces = grace.watch(watch_list("a")).await?;
+    let (objects, _) = read_snapshot(&mut graces).await?;
+    assert_eq!(
+        objects.keys().collect::<Vec<_>>(),
+        ["after-rotation", "first"]
+    );
+    let old_client = async {
+        connect(
+            &fanout,
+            &rotated_ca.pem(),
+            Some(identity(client_ca.client("frank", "team-x")?)),
+            None,
+        )
+        .await?
+        .watch(watch_list("a"))
+        .await?;
+        anyhow::Ok(())
+    };
+    let refused = old_client
+        .await
+        .expect_err("a certificate of the replaced client CA is refused");
+    println!("the replaced client CA's certificate: {refused:#}");
+    create_configmap(&admin, "a", "after-ca-rotation", "v").await?;
+    let event = next_change(&mut watch).await?;
+    assert!(
+        event.object.contains("after-ca-rotation"),
+        "{}",
+        event.object
+    );
+
     // grpcurl over TLS: reflection needs the bearer token, and with it
     // lists the services and calls one.
     let ca_file = dir.path().join("ca.crt");
