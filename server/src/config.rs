@@ -223,7 +223,8 @@ pub struct Config {
     pub max_watches_per_caller: usize,
 
     /// Most initial snapshots (watches still sending their initial events,
-    /// and Lists) one caller may have in flight; more get
+    /// or their synthetic ADDEDs from "" or "0", and Lists) one caller may
+    /// have in flight; more get
     /// RESOURCE_EXHAUSTED. 0: no bound.
     #[arg(
         long,

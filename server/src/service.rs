@@ -24,8 +24,7 @@ use crate::{
     filter::Filter,
     object::object_key,
     resource::GroupVersionResource,
-    store::EventKind,
-    subscription::{self, Limits, Start, WatchSpec},
+    subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
 };
 
 /// The `kubefanout.v1.KubeFanout` service.
@@ -116,7 +115,7 @@ impl FanoutService {
     fn start_watch(
         &self,
         request: WatchRequest,
-        mut snapshot: Option<Permit>,
+        snapshot: Option<Permit>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
@@ -131,19 +130,16 @@ impl FanoutService {
         };
         let guard = served.subscriber();
         let encoder = self.encoder.clone();
-        let events = subscription::watch(
+        let events = subscription::watch_holding(
             served.store.clone(),
             spec,
             self.limits,
             self.shutdown.clone(),
+            snapshot.map(|permit| Box::new(permit) as SnapshotHold),
         );
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
         Ok(events.map(move |result| {
-            // A snapshot ends with its bookmark (none is sent before).
-            if matches!(&result, Ok(d) if d.kind == EventKind::Bookmark) {
-                drop(snapshot.take());
-            }
             // The guard lives as long as the stream: the subscriber count
             // drops with it.
             result
@@ -256,9 +252,10 @@ impl KubeFanout for FanoutService {
             .await?;
         let caller = Limiter::caller(request.extensions());
         let watch = self.limiter.acquire(&caller, Held::Watch)?;
-        let snapshot = request
-            .get_ref()
-            .send_initial_events
+        // A watch from "" or "0" is a snapshot too (synthetic ADDEDs); an
+        // unparsable resourceVersion fails below, whatever this says.
+        let snapshot = Start::parse(&r.resource_version)
+            .is_ok_and(|start| start.sends_snapshot(r.send_initial_events))
             .then(|| self.limiter.acquire(&caller, Held::Snapshot))
             .transpose()?;
         let stream = self.start_watch(request.into_inner(), snapshot)?;
@@ -275,6 +272,9 @@ impl KubeFanout for FanoutService {
             selected_name(&r.field_selector),
         )
         .await?;
+        // A List copies (a page of) the store like a snapshot does.
+        let caller = Limiter::caller(request.extensions());
+        let _snapshot = self.limiter.acquire(&caller, Held::Snapshot)?;
         Ok(Response::new(FanoutService::list(
             self,
             request.into_inner(),
@@ -326,6 +326,7 @@ mod tests {
 
     use super::*;
     use crate::{
+        auth::limits::CallerLimits,
         object::ResourceVersion,
         store::{
             EventKind, Store,
@@ -405,6 +406,65 @@ mod tests {
         assert_eq!(added.r#type(), pb::EventType::Added);
         snapshot.next().await.unwrap().unwrap();
         assert_eq!(service.encoder.encodes(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_from_empty_or_zero_and_a_list_count_as_snapshots() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        let service = service(store).with_limiter(Limiter::new(CallerLimits {
+            watches: 0,
+            snapshots: 1,
+        }));
+        let watch = |rv: &str, initial| {
+            let request = Request::new(request("", rv, initial));
+            let service = service.clone();
+            async move { KubeFanout::watch(&service, request).await }
+        };
+        for rv in ["", "0"] {
+            // Synthetic ADDEDs for every object, without asking for them.
+            let mut legacy = watch(rv, false).await.unwrap().into_inner();
+            let Err(refused) = watch("", true).await else {
+                panic!("a second snapshot was allowed");
+            };
+            assert_eq!(
+                refused.code(),
+                tonic::Code::ResourceExhausted,
+                "{refused:?}"
+            );
+            // Nor a List, which copies the store the same way.
+            let list = KubeFanout::list(
+                &service,
+                Request::new(ListRequest {
+                    resource: request("", "", false).resource,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .expect_err("a List while the snapshot is sent");
+            assert_eq!(list.code(), tonic::Code::ResourceExhausted, "{list:?}");
+            // A resume sends no snapshot and needs no permit.
+            let _resumed = watch("2", false).await.unwrap();
+            for _ in 0..2 {
+                let added = legacy.next().await.unwrap().unwrap().0;
+                let added = pb::WatchEvent::decode(added).unwrap();
+                assert_eq!(added.r#type(), pb::EventType::Added, "{rv:?}");
+            }
+            assert_eq!(service.limiter.held("anonymous", Held::Snapshot), 1);
+            // Past the snapshot (no event is due, so the wait times out)
+            // the permit is back.
+            tokio::time::timeout(std::time::Duration::from_secs(1), legacy.next())
+                .await
+                .expect_err("nothing after the snapshot");
+            assert_eq!(
+                service.limiter.held("anonymous", Held::Snapshot),
+                0,
+                "{rv:?}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -48,6 +48,13 @@ pub enum Start {
 }
 
 impl Start {
+    /// Whether a watch from here begins with a snapshot: asked for with
+    /// `send_initial_events`, or implied by `""` and `"0"`, which (as on
+    /// the API server) begin with synthetic ADDEDs for every object.
+    pub fn sends_snapshot(self, send_initial_events: bool) -> bool {
+        send_initial_events || !matches!(self, Start::At(_))
+    }
+
     /// Parses a request's resourceVersion.
     pub fn parse(rv: &str) -> Result<Self, ObjectError> {
         Ok(match rv {
@@ -174,13 +181,24 @@ pub fn watch(
     limits: Limits,
     stop: CancellationToken,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    futures::stream::unfold(
-        Subscription::new(store, spec, limits, stop),
-        |mut subscription| async move {
-            let item = subscription.next().await?;
-            Some((item, subscription))
-        },
-    )
+    watch_holding(store, spec, limits, stop, None)
+}
+
+/// [`watch`], keeping `hold` (say a per-caller snapshot permit) until the
+/// snapshot has been sent, or dropping it at once if there is none.
+pub fn watch_holding(
+    store: Arc<Store>,
+    spec: WatchSpec,
+    limits: Limits,
+    stop: CancellationToken,
+    hold: Option<SnapshotHold>,
+) -> impl Stream<Item = Result<Delivery, WatchError>> {
+    let mut subscription = Subscription::new(store, spec, limits, stop);
+    subscription.snapshot_hold = hold;
+    futures::stream::unfold(subscription, |mut subscription| async move {
+        let item = subscription.next().await?;
+        Some((item, subscription))
+    })
 }
 
 /// One subscriber's position and what it still owes the subscriber.
@@ -194,7 +212,12 @@ pub struct Subscription {
     cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
     stop: CancellationToken,
     state: State,
+    /// Kept while the snapshot is being sent (see [`watch_holding`]).
+    snapshot_hold: Option<SnapshotHold>,
 }
+
+/// Something a subscription keeps only while it sends its snapshot.
+pub type SnapshotHold = Box<dyn Send + Sync>;
 
 /// Where a subscription is.
 enum State {
@@ -276,6 +299,7 @@ impl Subscription {
             cancelled: Box::pin(stop.clone().cancelled_owned()),
             stop,
             state: State::Starting,
+            snapshot_hold: None,
         }
     }
 
@@ -285,6 +309,7 @@ impl Subscription {
         let item = self.step().await;
         if !matches!(item, Some(Ok(_))) {
             self.state = State::Done;
+            self.snapshot_hold = None;
         }
         item
     }
@@ -313,6 +338,7 @@ impl Subscription {
                         }));
                     }
                     self.state = self.live(seq, rv);
+                    self.snapshot_hold = None;
                     if self.spec.send_initial_events {
                         return Some(Ok(bookmark(&self.store, rv, Marker::InitialEventsEnd)));
                     }
@@ -356,7 +382,13 @@ impl Subscription {
                 .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
         }
         Ok(match self.spec.start {
-            Start::At(rv) if !self.spec.send_initial_events => {
+            Start::At(rv)
+                if !self
+                    .spec
+                    .start
+                    .sends_snapshot(self.spec.send_initial_events) =>
+            {
+                self.snapshot_hold = None;
                 let cursor = self.store.cursor_after(rv)?;
                 self.live(cursor, rv)
             }
