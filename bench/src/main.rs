@@ -949,7 +949,7 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
     // first gets every object as a synthetic ADDED (as from the API
     // server), which at 100,000 objects is the load, not the relist.
     let resource_version = KubeFanoutClient::new(channels[0].clone())
-        .list_resources(ListResourcesRequest {})
+        .list_resources(ListResourcesRequest::default())
         .await?
         .into_inner()
         .resources

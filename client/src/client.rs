@@ -345,11 +345,23 @@ impl Client {
         Ok(self.grpc.get(request).await?.into_inner())
     }
 
-    /// Describes every served resource type.
+    /// Describes every served resource type this caller may list
+    /// cluster-wide.
     pub async fn list_resources(&mut self) -> Result<ListResourcesResponse, ClientError> {
+        self.list_resources_in("").await
+    }
+
+    /// Describes every served resource type this caller may list in
+    /// `namespace` ("" for cluster-wide).
+    pub async fn list_resources_in(
+        &mut self,
+        namespace: &str,
+    ) -> Result<ListResourcesResponse, ClientError> {
         Ok(self
             .grpc
-            .list_resources(ListResourcesRequest {})
+            .list_resources(ListResourcesRequest {
+                namespace: namespace.to_owned(),
+            })
             .await?
             .into_inner())
     }

@@ -302,12 +302,14 @@ impl KubeFanout for FanoutService {
         request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
         let mut response = self.list_resources();
-        // Only the types the caller may list at the cluster scope.
+        // Only the types the caller may list in the namespace it names
+        // (cluster-wide when it names none).
+        let namespace = &request.get_ref().namespace;
         let mut visible = Vec::with_capacity(response.resources.len());
         for status in response.resources {
             let resource = status.resource.as_ref();
             match self
-                .authorize(request.extensions(), Verb::List, resource, "", "")
+                .authorize(request.extensions(), Verb::List, resource, namespace, "")
                 .await
             {
                 Ok(_) => visible.push(status),

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use base64::Engine;
+
 use anyhow::Result;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
@@ -70,7 +72,7 @@ async fn plaintext_health_is_served_apart(fanout: &Fanout) -> Result<()> {
         .await?;
     assert_eq!(ready.into_inner().status(), ServingStatus::Serving);
     let other = KubeFanoutClient::new(plaintext(probe).await?)
-        .list_resources(ListResourcesRequest {})
+        .list_resources(ListResourcesRequest::default())
         .await
         .expect_err("the health listener serves only health");
     assert_eq!(other.code(), Code::Unimplemented, "{other:?}");
@@ -289,6 +291,65 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
         listed.stdout.contains("kubefanout.v1.KubeFanout"),
         "{}",
         listed.stdout
+    );
+
+    // kubectl-fanout --kubeconfig-credentials with the certificate and key
+    // embedded in the kubeconfig (base64 *-data), as kind and most
+    // installers write them; a user with no credentials is told so.
+    let grace = rotated_clients.client("grace", "team-x")?;
+    let kubeconfig = |user: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: \"https://127.0.0.1:1\"}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n\
+             users: [{{name: u, user: {{{user}}}}}]\n"
+        )
+    };
+    let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    let embedded = dir.path().join("embedded.kubeconfig");
+    std::fs::write(
+        &embedded,
+        kubeconfig(&format!(
+            "client-certificate-data: {}, client-key-data: {}",
+            b64(&grace.cert),
+            b64(&grace.key)
+        )),
+    )?;
+    let empty = dir.path().join("empty.kubeconfig");
+    std::fs::write(&empty, kubeconfig(""))?;
+    let cli = |kubeconfig: &Path| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-fanout-under-test"))
+            .args([
+                "--server",
+                &addr,
+                "--kubeconfig-credentials",
+                "--ca-file",
+                &ca_arg,
+            ])
+            .args([
+                "--tls-server-name",
+                "localhost",
+                "list",
+                "configmaps",
+                "-n",
+                "a",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBE_FANOUT_SERVER")
+            .kill_on_drop(true)
+            .output()
+    };
+    let listed = cli(&embedded).await?;
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(listed.status.success(), "{stderr}");
+    assert!(stdout.contains("after-ca-rotation"), "{stdout}");
+    let refused = cli(&empty).await?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("has no token, token file or client certificate and key"),
+        "{stderr}"
     );
     fanout.stop().await
 }

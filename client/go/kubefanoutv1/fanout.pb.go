@@ -640,7 +640,12 @@ func (x *GetResponse) GetObject() string {
 }
 
 type ListResourcesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With authorization on, only the types the caller may list in this
+	// namespace are described (like `kubectl auth can-i list TYPE -n NS`);
+	// empty: the types it may list cluster-wide. A caller whose grants are
+	// per namespace asks with its namespace.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +678,13 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
 	return file_kubefanout_v1_fanout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListResourcesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
 }
 
 type ListResourcesResponse struct {
@@ -932,8 +944,9 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\"P\n" +
 	"\vGetResponse\x12)\n" +
 	"\x10resource_version\x18\x01 \x01(\tR\x0fresourceVersion\x12\x16\n" +
-	"\x06object\x18\x02 \x01(\tR\x06object\"\x16\n" +
-	"\x14ListResourcesRequest\"T\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\"4\n" +
+	"\x14ListResourcesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
 	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xee\x04\n" +
 	"\x0eResourceStatus\x126\n" +

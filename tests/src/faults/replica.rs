@@ -189,7 +189,7 @@ async fn status(addr: SocketAddr) -> Result<ResourceStatus> {
     .context("connecting timed out")??;
     let resources = tokio::time::timeout(
         Duration::from_secs(5),
-        client.list_resources(ListResourcesRequest {}),
+        client.list_resources(ListResourcesRequest::default()),
     )
     .await
     .context("ListResources timed out")??

@@ -194,15 +194,37 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 struct Credentials {
     token: Option<String>,
     token_file: Option<std::path::PathBuf>,
-    client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// PEM certificate and key, for mTLS.
+    client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn read(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A kubeconfig user's `*-data` (base64) or, failing that, its file.
+fn data_or_file(data: Option<&str>, file: Option<&str>, what: &str) -> Result<Option<Vec<u8>>> {
+    use base64::Engine;
+    match (data, file) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map(Some)
+            .with_context(|| format!("the kubeconfig's {what}-data is not base64")),
+        (None, Some(file)) => read(file.as_ref()).map(Some),
+        (None, None) => Ok(None),
+    }
 }
 
 /// The credentials the flags name, or the current kubeconfig user's.
 async fn credentials(cli: &Cli) -> Result<Credentials> {
+    let client_cert = match (&cli.client_cert, &cli.client_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
     let mut found = Credentials {
         token: cli.token.clone(),
         token_file: cli.token_file.clone(),
-        client_cert: cli.client_cert.clone().zip(cli.client_key.clone()),
+        client_cert,
     };
     if cli.kubeconfig_credentials {
         use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -217,14 +239,23 @@ async fn credentials(cli: &Cli) -> Result<Credentials> {
             .map(|t| secrecy::ExposeSecret::expose_secret(&t).to_owned());
         found.token_file = user.token_file.map(Into::into);
         if found.client_cert.is_none() {
-            found.client_cert = user
-                .client_certificate
-                .map(Into::into)
-                .zip(user.client_key.map(Into::into));
+            let cert = data_or_file(
+                user.client_certificate_data.as_deref(),
+                user.client_certificate.as_deref(),
+                "client-certificate",
+            )?;
+            let key = data_or_file(
+                user.client_key_data
+                    .as_ref()
+                    .map(secrecy::ExposeSecret::expose_secret),
+                user.client_key.as_deref(),
+                "client-key",
+            )?;
+            found.client_cert = cert.zip(key);
         }
         if found.token.is_none() && found.token_file.is_none() && found.client_cert.is_none() {
             anyhow::bail!(
-                "the kubeconfig's current user has no token, token file or client certificate files (embedded certificate data is not read)"
+                "the kubeconfig's current user has no token, token file or client certificate and key (exec and auth-provider plugins are not run)"
             );
         }
     }
@@ -234,9 +265,6 @@ async fn credentials(cli: &Cli) -> Result<Credentials> {
 async fn connect(cli: &Cli) -> Result<Client> {
     let mut config = ClientConfig::new(cli.servers.iter().cloned());
     let credentials = credentials(cli).await?;
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
-    };
     if cli.tls
         || cli.ca_file.is_some()
         || cli.tls_server_name.is_some()
@@ -253,10 +281,7 @@ async fn connect(cli: &Cli) -> Result<Client> {
             tls = tls.domain_name(name);
         }
         if let Some((cert, key)) = &credentials.client_cert {
-            tls = tls.identity(tonic::transport::Identity::from_pem(
-                read(cert)?,
-                read(key)?,
-            ));
+            tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
         }
         config = config.tls(tls);
     }
@@ -286,7 +311,7 @@ async fn run(cli: Cli) -> Result<()> {
             field_selector,
             output,
         } => {
-            let served = resolve(&mut client, &r#type).await?;
+            let served = resolve(&mut client, &r#type, scope.asked()).await?;
             let namespace = scope.namespace_for(&served);
             let (resource_version, objects) = list(
                 &mut client,
@@ -318,7 +343,7 @@ async fn run(cli: Cli) -> Result<()> {
             namespace,
             output,
         } => {
-            let served = resolve(&mut client, &r#type).await?;
+            let served = resolve(&mut client, &r#type, &namespace).await?;
             let namespace = if served.namespaced {
                 namespace
             } else {
@@ -341,7 +366,7 @@ async fn run(cli: Cli) -> Result<()> {
             since,
             output,
         } => {
-            let served = resolve(&mut client, &r#type).await?;
+            let served = resolve(&mut client, &r#type, scope.asked()).await?;
             let namespace = scope.namespace_for(&served);
             let request = WatchRequest {
                 resource: served.resource.clone(),
@@ -372,6 +397,15 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 impl Scope {
+    /// The namespace the command asks about ("" for all of them).
+    fn asked(&self) -> &str {
+        if self.all_namespaces {
+            ""
+        } else {
+            &self.namespace
+        }
+    }
+
     fn namespace_for(&self, served: &ResourceStatus) -> String {
         if self.all_namespaces || !served.namespaced {
             String::new()
@@ -382,9 +416,10 @@ impl Scope {
 }
 
 /// Finds TYPE among the served types as kubectl would: by API path, plural
-/// resource name, `resource.group`, or kind, ignoring case.
-async fn resolve(client: &mut Client, asked: &str) -> Result<ResourceStatus> {
-    let served = client.list_resources().await?.resources;
+/// resource name, `resource.group`, or kind, ignoring case; among those the
+/// caller may list in `namespace` ("" for cluster-wide).
+async fn resolve(client: &mut Client, asked: &str, namespace: &str) -> Result<ResourceStatus> {
+    let served = client.list_resources_in(namespace).await?.resources;
     let wanted = asked.to_ascii_lowercase();
     let found = served.iter().find(|s| {
         let r = s.resource.clone().unwrap_or_default();
