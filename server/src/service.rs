@@ -124,6 +124,7 @@ impl FanoutService {
                 &request.namespace,
                 &request.label_selector,
                 &request.field_selector,
+                &served.resource().fields,
             )?,
             start: Start::parse(&request.resource_version)?,
             send_initial_events: request.send_initial_events,
@@ -161,6 +162,7 @@ impl FanoutService {
             &request.namespace,
             &request.label_selector,
             &request.field_selector,
+            &served.resource().fields,
         )?;
         let page = served
             .pages
