@@ -37,8 +37,19 @@ pub enum Source {
     Unset,
 }
 
-/// Reads one field's value from an object's JSON.
-type Getter = fn(&Value) -> String;
+/// How a field's value is read from an object's JSON, in the served
+/// version's names, formatted as the registry formats it.
+#[derive(Clone, Copy)]
+enum Read {
+    /// The first non-empty string among these paths; none is "" (Go's
+    /// zero value). More than one path where the v1 -> internal
+    /// conversion falls back from one field to another.
+    Str(&'static [&'static [&'static str]]),
+    /// A boolean as `strconv.FormatBool` writes it; missing is false.
+    Bool(&'static [&'static str]),
+    /// An integer as `strconv.Itoa` writes it; missing is 0.
+    Int(&'static [&'static str]),
+}
 
 /// How the API server words a refused label (each conversion function
 /// has its own text).
@@ -58,8 +69,11 @@ enum Refusal {
 /// One built-in kind's selectable fields.
 struct Table {
     /// The kind's own fields, by the name the registry gives them, and how
-    /// each is read from the served version's JSON.
-    fields: &'static [(&'static str, Getter)],
+    /// each is read from the JSON.
+    fields: &'static [(&'static str, Read)],
+    /// The first path steps the served version names differently from
+    /// `fields` (events.k8s.io/v1 calls `involvedObject` `regarding`).
+    renames: &'static [(&'static str, &'static str)],
     /// Every label a request may name, and what it selects on.
     accepted: &'static [(&'static str, Accepted)],
     refusal: Refusal,
@@ -253,12 +267,14 @@ impl SelectableFields {
     pub fn values(&self, object: &Value) -> Box<[String]> {
         match &self.0 {
             Kind::Metadata => Box::default(),
-            Kind::Builtin(b) => b
-                .table()
-                .fields
-                .iter()
-                .map(|(_, get)| get(object))
-                .collect(),
+            Kind::Builtin(b) => {
+                let table = b.table();
+                table
+                    .fields
+                    .iter()
+                    .map(|(_, read)| table.read(*read, object))
+                    .collect()
+            }
             Kind::Custom { fields, .. } => fields
                 .iter()
                 .map(|f| custom_value(at(object, &f.path)))
@@ -267,33 +283,42 @@ impl SelectableFields {
     }
 }
 
-/// The value at `path`, if every step exists.
+/// The value at `path`, if every step exists (a number steps into an array).
 fn at<'a, S: AsRef<str>>(object: &'a Value, path: &[S]) -> Option<&'a Value> {
-    path.iter().try_fold(object, |v, step| v.get(step.as_ref()))
+    path.iter().try_fold(object, |v, step| match v {
+        Value::Array(items) => items.get(step.as_ref().parse::<usize>().ok()?),
+        _ => v.get(step.as_ref()),
+    })
 }
 
-/// A string field; missing reads as Go's zero value "".
-fn string(object: &Value, path: &[&str]) -> String {
-    at(object, path)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// A boolean field as `strconv.FormatBool` writes it; missing is false.
-fn boolean(object: &Value, path: &[&str]) -> String {
-    at(object, path)
-        .and_then(Value::as_bool)
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// An integer field as `strconv.Itoa` writes it; missing is 0.
-fn integer(object: &Value, path: &[&str]) -> String {
-    at(object, path)
-        .and_then(Value::as_i64)
-        .unwrap_or_default()
-        .to_string()
+impl Table {
+    /// The value `read` gives for `object`.
+    fn read(&self, read: Read, object: &Value) -> String {
+        let at = |path: &[&str]| {
+            let first = self
+                .renames
+                .iter()
+                .find(|(from, _)| path.first() == Some(from))
+                .map_or(path[0], |(_, to)| to);
+            at(object, &[&[first], &path[1..]].concat())
+        };
+        match read {
+            Read::Str(paths) => paths
+                .iter()
+                .filter_map(|p| at(p).and_then(Value::as_str))
+                .find(|s| !s.is_empty())
+                .unwrap_or_default()
+                .to_owned(),
+            Read::Bool(path) => at(path)
+                .and_then(Value::as_bool)
+                .unwrap_or_default()
+                .to_string(),
+            Read::Int(path) => at(path)
+                .and_then(Value::as_i64)
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
 }
 
 /// A custom resource's field as the API server formats it: `fmt.Sprint`
@@ -331,43 +356,39 @@ fn parse_json_path(path: &str) -> Option<Vec<String>> {
     (!steps.is_empty()).then_some(steps)
 }
 
+// The tables, each from its kind's `pkg/registry/.../strategy.go`
+// (values) and `pkg/apis/.../v1/conversion.go` (accepted labels).
+
 /// `pkg/registry/core/pod/strategy.go` `ToSelectableFields`, read from v1
-/// JSON: the v1 → internal conversion takes `serviceAccount` when
+/// JSON: the v1 -> internal conversion takes `serviceAccount` when
 /// `serviceAccountName` is empty, and `status.podIP` over `podIPs[0]`.
-fn pod_service_account(pod: &Value) -> String {
-    match string(pod, &["spec", "serviceAccountName"]) {
-        name if name.is_empty() => string(pod, &["spec", "serviceAccount"]),
-        name => name,
-    }
-}
-
-fn pod_ip(pod: &Value) -> String {
-    match string(pod, &["status", "podIP"]) {
-        ip if ip.is_empty() => at(pod, &["status", "podIPs"])
-            .and_then(|ips| ips.get(0))
-            .map(|first| string(first, &["ip"]))
-            .unwrap_or_default(),
-        ip => ip,
-    }
-}
-
 const POD: Table = Table {
     fields: &[
-        ("spec.nodeName", |o| string(o, &["spec", "nodeName"])),
-        ("spec.restartPolicy", |o| {
-            string(o, &["spec", "restartPolicy"])
-        }),
-        ("spec.schedulerName", |o| {
-            string(o, &["spec", "schedulerName"])
-        }),
-        ("spec.serviceAccountName", pod_service_account),
-        ("spec.hostNetwork", |o| boolean(o, &["spec", "hostNetwork"])),
-        ("status.phase", |o| string(o, &["status", "phase"])),
-        ("status.podIP", pod_ip),
-        ("status.nominatedNodeName", |o| {
-            string(o, &["status", "nominatedNodeName"])
-        }),
+        ("spec.nodeName", Read::Str(&[&["spec", "nodeName"]])),
+        (
+            "spec.restartPolicy",
+            Read::Str(&[&["spec", "restartPolicy"]]),
+        ),
+        (
+            "spec.schedulerName",
+            Read::Str(&[&["spec", "schedulerName"]]),
+        ),
+        (
+            "spec.serviceAccountName",
+            Read::Str(&[&["spec", "serviceAccountName"], &["spec", "serviceAccount"]]),
+        ),
+        ("spec.hostNetwork", Read::Bool(&["spec", "hostNetwork"])),
+        ("status.phase", Read::Str(&[&["status", "phase"]])),
+        (
+            "status.podIP",
+            Read::Str(&[&["status", "podIP"], &["status", "podIPs", "0", "ip"]]),
+        ),
+        (
+            "status.nominatedNodeName",
+            Read::Str(&[&["status", "nominatedNodeName"]]),
+        ),
     ],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("metadata.namespace", Accepted::Namespace),
@@ -394,9 +415,8 @@ const POD: Table = Table {
 };
 
 const NODE: Table = Table {
-    fields: &[("spec.unschedulable", |o| {
-        boolean(o, &["spec", "unschedulable"])
-    })],
+    fields: &[("spec.unschedulable", Read::Bool(&["spec", "unschedulable"]))],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("spec.unschedulable", Accepted::Field("spec.unschedulable")),
@@ -405,7 +425,8 @@ const NODE: Table = Table {
 };
 
 const REPLICATION_CONTROLLER: Table = Table {
-    fields: &[("status.replicas", |o| integer(o, &["status", "replicas"]))],
+    fields: &[("status.replicas", Read::Int(&["status", "replicas"]))],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("metadata.namespace", Accepted::Namespace),
@@ -414,43 +435,49 @@ const REPLICATION_CONTROLLER: Table = Table {
     refusal: Refusal::Plain,
 };
 
-/// `pkg/registry/core/event/strategy.go`: `source` is the source
-/// component, or the reporting controller when that is empty.
-fn event_source(event: &Value) -> String {
-    match string(event, &["source", "component"]) {
-        c if c.is_empty() => string(event, &["reportingComponent"]),
-        c => c,
-    }
-}
+/// `pkg/registry/core/event/strategy.go`, in core v1's names: `source` is
+/// the source component, or the reporting controller when that is empty.
+const EVENT_FIELDS: &[(&str, Read)] = &[
+    (
+        "involvedObject.kind",
+        Read::Str(&[&["involvedObject", "kind"]]),
+    ),
+    (
+        "involvedObject.namespace",
+        Read::Str(&[&["involvedObject", "namespace"]]),
+    ),
+    (
+        "involvedObject.name",
+        Read::Str(&[&["involvedObject", "name"]]),
+    ),
+    (
+        "involvedObject.uid",
+        Read::Str(&[&["involvedObject", "uid"]]),
+    ),
+    (
+        "involvedObject.apiVersion",
+        Read::Str(&[&["involvedObject", "apiVersion"]]),
+    ),
+    (
+        "involvedObject.resourceVersion",
+        Read::Str(&[&["involvedObject", "resourceVersion"]]),
+    ),
+    (
+        "involvedObject.fieldPath",
+        Read::Str(&[&["involvedObject", "fieldPath"]]),
+    ),
+    ("reason", Read::Str(&[&["reason"]])),
+    ("reportingComponent", Read::Str(&[&["reportingComponent"]])),
+    (
+        "source",
+        Read::Str(&[&["source", "component"], &["reportingComponent"]]),
+    ),
+    ("type", Read::Str(&[&["type"]])),
+];
 
 const CORE_EVENT: Table = Table {
-    fields: &[
-        ("involvedObject.kind", |o| {
-            string(o, &["involvedObject", "kind"])
-        }),
-        ("involvedObject.namespace", |o| {
-            string(o, &["involvedObject", "namespace"])
-        }),
-        ("involvedObject.name", |o| {
-            string(o, &["involvedObject", "name"])
-        }),
-        ("involvedObject.uid", |o| {
-            string(o, &["involvedObject", "uid"])
-        }),
-        ("involvedObject.apiVersion", |o| {
-            string(o, &["involvedObject", "apiVersion"])
-        }),
-        ("involvedObject.resourceVersion", |o| {
-            string(o, &["involvedObject", "resourceVersion"])
-        }),
-        ("involvedObject.fieldPath", |o| {
-            string(o, &["involvedObject", "fieldPath"])
-        }),
-        ("reason", |o| string(o, &["reason"])),
-        ("reportingComponent", |o| string(o, &["reportingComponent"])),
-        ("source", event_source),
-        ("type", |o| string(o, &["type"])),
-    ],
+    fields: EVENT_FIELDS,
+    renames: &[],
     accepted: &[
         (
             "involvedObject.kind",
@@ -487,31 +514,14 @@ const CORE_EVENT: Table = Table {
     refusal: Refusal::Plain,
 };
 
-/// The same registry as core events, read from events.k8s.io/v1 JSON
-/// (`regarding`, `reportingController`, `deprecatedSource`); the labels
-/// are that version's names, mapped to the registry's.
+/// The same registry, read from events.k8s.io/v1 JSON; the labels are that
+/// version's names, which its conversion maps to the registry's.
 const EVENTS_EVENT: Table = Table {
-    fields: &[
-        ("involvedObject.kind", |o| string(o, &["regarding", "kind"])),
-        ("involvedObject.namespace", |o| {
-            string(o, &["regarding", "namespace"])
-        }),
-        ("involvedObject.name", |o| string(o, &["regarding", "name"])),
-        ("involvedObject.uid", |o| string(o, &["regarding", "uid"])),
-        ("involvedObject.apiVersion", |o| {
-            string(o, &["regarding", "apiVersion"])
-        }),
-        ("involvedObject.resourceVersion", |o| {
-            string(o, &["regarding", "resourceVersion"])
-        }),
-        ("involvedObject.fieldPath", |o| {
-            string(o, &["regarding", "fieldPath"])
-        }),
-        ("reason", |o| string(o, &["reason"])),
-        ("reportingComponent", |o| {
-            string(o, &["reportingController"])
-        }),
-        ("type", |o| string(o, &["type"])),
+    fields: EVENT_FIELDS,
+    renames: &[
+        ("involvedObject", "regarding"),
+        ("reportingComponent", "reportingController"),
+        ("source", "deprecatedSource"),
     ],
     accepted: &[
         ("reason", Accepted::Field("reason")),
@@ -543,7 +553,8 @@ const EVENTS_EVENT: Table = Table {
 };
 
 const NAMESPACE: Table = Table {
-    fields: &[("status.phase", |o| string(o, &["status", "phase"]))],
+    fields: &[("status.phase", Read::Str(&[&["status", "phase"]]))],
+    renames: &[],
     accepted: &[
         ("status.phase", Accepted::Field("status.phase")),
         ("metadata.name", Accepted::Name),
@@ -552,7 +563,8 @@ const NAMESPACE: Table = Table {
 };
 
 const SECRET: Table = Table {
-    fields: &[("type", |o| string(o, &["type"]))],
+    fields: &[("type", Read::Str(&[&["type"]]))],
+    renames: &[],
     accepted: &[
         ("type", Accepted::Field("type")),
         ("metadata.namespace", Accepted::Namespace),
@@ -563,9 +575,10 @@ const SECRET: Table = Table {
 
 const SERVICE: Table = Table {
     fields: &[
-        ("spec.clusterIP", |o| string(o, &["spec", "clusterIP"])),
-        ("spec.type", |o| string(o, &["spec", "type"])),
+        ("spec.clusterIP", Read::Str(&[&["spec", "clusterIP"]])),
+        ("spec.type", Read::Str(&[&["spec", "type"]])),
     ],
+    renames: &[],
     accepted: &[
         ("metadata.namespace", Accepted::Namespace),
         ("metadata.name", Accepted::Name),
@@ -577,9 +590,8 @@ const SERVICE: Table = Table {
 
 const JOB: Table = Table {
     // The registry names it status.successful; v1 JSON calls it succeeded.
-    fields: &[("status.successful", |o| {
-        integer(o, &["status", "succeeded"])
-    })],
+    fields: &[("status.successful", Read::Int(&["status", "succeeded"]))],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("metadata.namespace", Accepted::Namespace),
@@ -589,7 +601,8 @@ const JOB: Table = Table {
 };
 
 const CERTIFICATE_SIGNING_REQUEST: Table = Table {
-    fields: &[("spec.signerName", |o| string(o, &["spec", "signerName"]))],
+    fields: &[("spec.signerName", Read::Str(&[&["spec", "signerName"]]))],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("spec.signerName", Accepted::Field("spec.signerName")),
@@ -599,9 +612,10 @@ const CERTIFICATE_SIGNING_REQUEST: Table = Table {
 
 const RESOURCE_SLICE: Table = Table {
     fields: &[
-        ("spec.nodeName", |o| string(o, &["spec", "nodeName"])),
-        ("spec.driver", |o| string(o, &["spec", "driver"])),
+        ("spec.nodeName", Read::Str(&[&["spec", "nodeName"]])),
+        ("spec.driver", Read::Str(&[&["spec", "driver"]])),
     ],
+    renames: &[],
     accepted: &[
         ("metadata.name", Accepted::Name),
         ("spec.nodeName", Accepted::Field("spec.nodeName")),
