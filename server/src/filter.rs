@@ -64,13 +64,7 @@ struct FieldRequirement {
 
 impl FieldRequirement {
     fn matches(&self, object: &Object) -> bool {
-        let actual = match self.source {
-            Source::Name => &object.name,
-            Source::Namespace => &object.namespace,
-            Source::Field(i) => object.fields.get(i).map_or("", String::as_str),
-            Source::Unset => "",
-        };
-        (actual == self.value) == self.equal
+        (object.field(self.source) == self.value) == self.equal
     }
 }
 

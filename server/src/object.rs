@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt, str::FromStr, sync::Arc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::fields::SelectableFields;
+use crate::fields::{SelectableFields, Source};
 
 /// A Kubernetes resourceVersion.
 ///
@@ -141,6 +141,18 @@ impl Object {
                 ),
                 (Ok(a), Ok(b)) if a == b
             )
+    }
+
+    /// The object's value of a selectable field (resolved for its type by
+    /// [`SelectableFields::resolve`]), as a field selector compares it:
+    /// read from what was taken on arrival, nothing parsed again.
+    pub fn field(&self, source: Source) -> &str {
+        match source {
+            Source::Name => &self.name,
+            Source::Namespace => &self.namespace,
+            Source::Field(i) => self.fields.get(i).map_or("", String::as_str),
+            Source::Unset => "",
+        }
     }
 
     /// Parses an object the API server sent, applying `transform`, and
