@@ -132,8 +132,17 @@ async fn custom_fields(
 ) -> Result<SelectableFields, ResourceError> {
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     let name = format!("{}.{}", gvr.resource, gvr.group);
-    let crd = match crds.get_opt(&name).await {
-        Ok(Some(crd)) => crd,
+    let paths: Vec<String> = match crds.get_opt(&name).await {
+        Ok(Some(crd)) => crd
+            .spec
+            .versions
+            .into_iter()
+            .find(|v| v.name == gvr.version)
+            .and_then(|v| v.selectable_fields)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|f| f.json_path)
+            .collect(),
         Ok(None) => return Ok(SelectableFields::default()),
         Err(kube::Error::Api(status)) if status.code == 403 => {
             warn!(
@@ -141,6 +150,8 @@ async fn custom_fields(
                 crd = %name,
                 "cannot read the CustomResourceDefinition: field selectors on its selectableFields will be refused"
             );
+            // Whether it is a custom resource at all is unknown: the
+            // metadata fields, as for a built-in type.
             return Ok(SelectableFields::default());
         }
         Err(source) => {
@@ -150,16 +161,6 @@ async fn custom_fields(
             });
         }
     };
-    let paths: Vec<String> = crd
-        .spec
-        .versions
-        .into_iter()
-        .find(|v| v.name == gvr.version)
-        .and_then(|v| v.selectable_fields)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|f| f.json_path)
-        .collect();
     SelectableFields::custom(namespaced, &paths).map_err(|source| ResourceError::SelectableField {
         gvr: gvr.clone(),
         source,

@@ -21,7 +21,7 @@ use kube_fanout_client::{
     watcher::ends_initial_events,
 };
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, Options},
+    controlplane::{ControlPlane, Options, user_token},
     fanout::Fanout,
     support::*,
 };
@@ -919,6 +919,73 @@ async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
             .count();
     }
     ensure!(transitions > 30, "only {transitions} ADDED/DELETED events");
+    fanout.stop().await?;
+
+    without_crd_access(&cp, &t.widgets).await
+}
+
+/// kube-fanout that may list and watch widgets but not read their CRD
+/// refuses the CRD's selectable fields (it cannot know them) rather than
+/// guessing, and still serves the metadata fields.
+async fn without_crd_access(cp: &ControlPlane, widgets: &Type) -> Result<()> {
+    let rbac = |kind: &str, plural: &str| {
+        Api::<DynamicObject>::all_with(
+            cp.client.clone(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+                plural,
+            ),
+        )
+    };
+    let role: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "widget-reader"},
+        "rules": [{"apiGroups": ["fields.example.com"], "resources": ["widgets"],
+                   "verbs": ["list", "watch"]}],
+    }))?;
+    rbac("ClusterRole", "clusterroles")
+        .create(&PostParams::default(), &role)
+        .await?;
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "widget-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "widget-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }))?;
+    rbac("ClusterRoleBinding", "clusterrolebindings")
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let alice = cp.client_with_token(&user_token("alice"))?;
+    let as_alice = Api::<DynamicObject>::all_with(alice.clone(), &widgets.api);
+    let mut allowed = false;
+    for _ in 0..100 {
+        if as_alice.list(&Default::default()).await.is_ok() {
+            allowed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(allowed, "the API server did not let alice list widgets");
+
+    let fanout = Fanout::start(alice, &[widgets.fanout]).await?;
+    fanout.wait_synced().await?;
+    let mut client = fanout.client().await?;
+    match fanout_watch(&mut client, widgets, "spec.color=red").await {
+        Err(ClientError::Status(s)) if s.code() == tonic::Code::InvalidArgument => assert!(
+            s.message()
+                .contains(r#""spec.color" is not a known field selector"#),
+            "{}",
+            s.message()
+        ),
+        Err(other) => bail!("spec.color=red: kube-fanout answered {other}"),
+        Ok(_) => bail!("kube-fanout accepted spec.color=red without the CRD"),
+    }
+    let (snapshot, _, _) = fanout_watch(&mut client, widgets, "metadata.name=w-red").await?;
+    assert_eq!(
+        snapshot.keys().collect::<Vec<_>>(),
+        [&format!("{NS}/w-red")]
+    );
     fanout.stop().await?;
     Ok(())
 }
