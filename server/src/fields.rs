@@ -89,9 +89,12 @@ enum Accepted {
     Unset,
 }
 
-/// The built-in kinds whose conversion function accepts more than
-/// `metadata.name` and `metadata.namespace`, in their served versions
-/// that are on by default in v1.36.
+/// The built-in kinds, in their versions served by default in v1.36,
+/// that register a field label conversion of their own (every other
+/// built-in kind gets the default: `metadata.name`, `metadata.namespace`).
+/// Beta and alpha versions with one (apps/v1beta1 StatefulSets,
+/// certificates.k8s.io/v1beta1 ClusterTrustBundles and
+/// PodCertificateRequests, ...) are not covered: they get the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Builtin {
     Pod,
@@ -284,8 +287,8 @@ impl SelectableFields {
 }
 
 /// The value at `path`, if every step exists (a number steps into an array).
-fn at<'a, S: AsRef<str>>(object: &'a Value, path: &[S]) -> Option<&'a Value> {
-    path.iter().try_fold(object, |v, step| match v {
+fn at<S: AsRef<str>>(object: &Value, path: impl IntoIterator<Item = S>) -> Option<&Value> {
+    path.into_iter().try_fold(object, |v, step| match v {
         Value::Array(items) => items.get(step.as_ref().parse::<usize>().ok()?),
         _ => v.get(step.as_ref()),
     })
@@ -300,7 +303,10 @@ impl Table {
                 .iter()
                 .find(|(from, _)| path.first() == Some(from))
                 .map_or(path[0], |(_, to)| to);
-            at(object, &[&[first], &path[1..]].concat())
+            at(
+                object,
+                std::iter::once(first).chain(path[1..].iter().copied()),
+            )
         };
         match read {
             Read::Str(paths) => paths
