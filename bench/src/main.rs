@@ -40,6 +40,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube_fanout::{
     cache::{Cache, Served},
+    fields::SelectableFields,
     object::{Object, ResourceVersion, Transform, TypeMeta, object_key},
     resource::ResourceType,
     service::FanoutService,
@@ -482,6 +483,7 @@ fn configmaps() -> ResourceType {
         gvr: "v1/configmaps".parse().expect("a valid resource"),
         kind: "ConfigMap".into(),
         namespaced: true,
+        fields: SelectableFields::default(),
     }
 }
 
@@ -498,7 +500,12 @@ fn parse(json: &str) -> anyhow::Result<Object> {
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
     };
-    Ok(Object::from_json(json, &meta, Transform::default())?)
+    Ok(Object::from_json(
+        json,
+        &meta,
+        &SelectableFields::default(),
+        Transform::default(),
+    )?)
 }
 
 /// A ConfigMap of about `size` bytes of JSON that says when it was sent

@@ -222,11 +222,23 @@ mod tests {
             .into(),
             RequestError::from(huge.parse::<ResourceVersion>().unwrap_err()).into(),
             RequestError::from(
-                crate::filter::Filter::new("", &format!("{huge}=x"), "").unwrap_err(),
+                crate::filter::Filter::new(
+                    "",
+                    &format!("{huge}=x"),
+                    "",
+                    &crate::fields::SelectableFields::default(),
+                )
+                .unwrap_err(),
             )
             .into(),
             RequestError::from(
-                crate::filter::Filter::new("", "", &format!("{huge}=x")).unwrap_err(),
+                crate::filter::Filter::new(
+                    "",
+                    "",
+                    &format!("{huge}=x"),
+                    &crate::fields::SelectableFields::default(),
+                )
+                .unwrap_err(),
             )
             .into(),
         ];

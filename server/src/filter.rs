@@ -3,7 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::{error::quote, object::Object};
+use crate::{
+    error::quote,
+    fields::{SelectableFields, Source},
+    object::Object,
+};
 
 /// Why a selector was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,17 +54,18 @@ impl LabelRequirement {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Name,
-    Namespace,
-}
-
+/// One term of a field selector, its label resolved for the type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldRequirement {
-    field: Field,
+    source: Source,
     value: String,
     equal: bool,
+}
+
+impl FieldRequirement {
+    fn matches(&self, object: &Object) -> bool {
+        (object.field(self.source) == self.value) == self.equal
+    }
 }
 
 /// A subscriber's filter. The default matches everything.
@@ -72,11 +77,13 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Builds a filter; empty strings mean "no restriction".
+    /// Builds a filter for a type whose field selectors may name `fields`;
+    /// empty strings mean "no restriction".
     pub fn new(
         namespace: &str,
         label_selector: &str,
         field_selector: &str,
+        fields: &SelectableFields,
     ) -> Result<Self, FilterError> {
         Ok(Filter {
             namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
@@ -84,7 +91,7 @@ impl Filter {
                 selector: label_selector.to_owned(),
                 reason,
             })?,
-            fields: parse_fields(field_selector).map_err(|reason| FilterError::Field {
+            fields: parse_fields(field_selector, fields).map_err(|reason| FilterError::Field {
                 selector: field_selector.to_owned(),
                 reason,
             })?,
@@ -97,13 +104,7 @@ impl Filter {
             .as_ref()
             .is_none_or(|ns| *ns == object.namespace)
             && self.labels.iter().all(|r| r.matches(&object.labels))
-            && self.fields.iter().all(|r| {
-                let actual = match r.field {
-                    Field::Name => &object.name,
-                    Field::Namespace => &object.namespace,
-                };
-                (*actual == r.value) == r.equal
-            })
+            && self.fields.iter().all(|r| r.matches(object))
     }
 }
 
@@ -224,34 +225,96 @@ fn parse_labels(selector: &str) -> Result<Vec<LabelRequirement>, String> {
         .collect()
 }
 
-fn parse_fields(selector: &str) -> Result<Vec<FieldRequirement>, String> {
-    if selector.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    selector
-        .split(',')
-        .map(|req| {
-            let (field, value, equal) = [("!=", false), ("==", true), ("=", true)]
-                .iter()
-                .find_map(|(op, equal)| req.split_once(op).map(|(f, v)| (f, v, *equal)))
-                .ok_or_else(|| format!("{} has no operator (=, == or !=)", quote(req)))?;
-            let field = match field.trim() {
-                "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
-                other => {
-                    return Err(format!(
-                        "field {} is not supported; kube-fanout filters on metadata.name and metadata.namespace",
-                        quote(other)
-                    ));
-                }
-            };
+/// Parses a field selector as the API server does (apimachinery's
+/// `fields.ParseSelector`, then the type's field label conversion): terms
+/// split at commas a backslash does not escape, empty terms skipped, no
+/// whitespace trimmed, the operator the first `!=`, `==` or `=` from the
+/// left, and the value unescaped (`\\`, `\,`, `\=`). Terms are checked
+/// in sorted order, as the API server does, so the same term is reported
+/// first.
+fn parse_fields(
+    selector: &str,
+    fields: &SelectableFields,
+) -> Result<Vec<FieldRequirement>, String> {
+    let mut terms = split_terms(selector);
+    terms.sort_unstable();
+    let parsed = terms
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .map(|term| {
+            let (label, equal, value) =
+                split_term(term).ok_or_else(|| format!("can't understand {}", quote(term)))?;
+            Ok((label, equal, unescape(value)?))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    parsed
+        .into_iter()
+        .map(|(label, equal, value)| {
             Ok(FieldRequirement {
-                field,
-                value: value.trim().to_owned(),
+                source: fields.resolve(label)?,
+                value,
                 equal,
             })
         })
         .collect()
+}
+
+/// Splits at commas not escaped by a backslash (the escape is kept).
+fn split_terms(selector: &str) -> Vec<&str> {
+    let mut terms = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in selector.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    terms
+}
+
+/// A term's label, whether it tests equality, and its raw value.
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    term.char_indices().find_map(|(i, _)| {
+        let rest = &term[i..];
+        [("!=", false), ("==", true), ("=", true)]
+            .into_iter()
+            .find(|(op, _)| rest.starts_with(op))
+            .map(|(op, equal)| (&term[..i], equal, &rest[op.len()..]))
+    })
+}
+
+/// A term's value with its escapes undone; a bare `,` or `=` is refused.
+fn unescape(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | ',' | '=')) => out.push(e),
+                Some(e) => {
+                    return Err(format!(
+                        "invalid escape sequence \\{e} in value {}",
+                        quote(value)
+                    ));
+                }
+                None => return Err(format!("value {} ends in a lone backslash", quote(value))),
+            },
+            ',' | '=' => {
+                return Err(format!(
+                    "unescaped {c:?} in value {} (escape it as \\{c})",
+                    quote(value)
+                ));
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -263,11 +326,17 @@ mod tests {
         let raw = format!(
             r#"{{"apiVersion":"","kind":"","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"1","labels":{labels}}}}}"#
         );
-        Object::from_json(&raw, &TypeMeta::default(), Transform::default()).unwrap()
+        Object::from_json(
+            &raw,
+            &TypeMeta::default(),
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap()
     }
 
     fn matches(labels: &str, selector: &str) -> bool {
-        Filter::new("", selector, "")
+        Filter::new("", selector, "", &SelectableFields::default())
             .unwrap()
             .matches(&obj("ns", "a", labels))
     }
@@ -299,7 +368,9 @@ mod tests {
             ("app,", "empty requirement"),
             ("app foo (x)", "'in' or 'notin'"),
         ] {
-            let err = Filter::new("", bad, "").unwrap_err().to_string();
+            let err = Filter::new("", bad, "", &SelectableFields::default())
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(why) && err.contains("label selector"),
                 "{bad}: {err}"
@@ -308,25 +379,90 @@ mod tests {
     }
 
     #[test]
-    fn field_selectors_cover_name_and_namespace_and_refuse_other_fields() {
+    fn field_selectors_on_metadata_work_for_every_type() {
         let o = obj("ns", "a", "{}");
-        let f = |s| Filter::new("", "", s).unwrap().matches(&o);
+        let f = |s| {
+            Filter::new("", "", s, &SelectableFields::default())
+                .unwrap()
+                .matches(&o)
+        };
         assert!(f("metadata.name=a"));
         assert!(f("metadata.namespace==ns,metadata.name!=b"));
         assert!(!f("metadata.name!=a"));
-        let err = Filter::new("", "", "spec.nodeName=x")
+        assert!(f(",metadata.name=a,,"));
+        assert!(f(""));
+        let err = Filter::new("", "", "spec.nodeName=x", &SelectableFields::default())
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("spec.nodeName") && err.contains("not supported"),
+            err.contains(r#""spec.nodeName" is not a known field selector"#),
             "{err}"
         );
-        assert!(Filter::new("", "", "metadata.name").is_err());
+    }
+
+    fn pod(spec: &str) -> Object {
+        let raw = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"ns","resourceVersion":"1"}},"spec":{spec}}}"#
+        );
+        let meta = TypeMeta {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+        };
+        Object::from_json(&raw, &meta, &pod_fields(), Transform::default()).unwrap()
+    }
+
+    fn pod_fields() -> SelectableFields {
+        SelectableFields::builtin("v1", "Pod").unwrap()
+    }
+
+    fn pod_filter(selector: &str) -> Result<Filter, String> {
+        Filter::new("", "", selector, &pod_fields()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn field_selectors_read_the_types_own_fields() {
+        let p = pod(r#"{"nodeName":"n1","hostNetwork":true}"#);
+        let f = |s| pod_filter(s).unwrap().matches(&p);
+        assert!(f("spec.nodeName=n1"));
+        assert!(f("spec.host=n1"));
+        assert!(!f("spec.nodeName!=n1"));
+        assert!(f("spec.hostNetwork=true,status.phase="));
+        assert!(!f("spec.hostNetwork=false"));
+        assert!(f("status.podIPs="));
+        assert!(!f("status.podIPs=10.0.0.1"));
+        assert!(f("spec.nodeName!=n2,metadata.namespace=ns"));
+    }
+
+    #[test]
+    fn field_selectors_parse_as_the_api_server_parses_them() {
+        let p = pod(r#"{"nodeName":"a,b=c\\d"}"#);
+        let f = |s| pod_filter(s).unwrap().matches(&p);
+        assert!(f(r"spec.nodeName=a\,b\=c\\d"));
+        // Neither side is trimmed: a space is part of the value.
+        assert!(!f(r"spec.nodeName= a\,b\=c\\d"));
+        assert!(pod_filter(" spec.nodeName=x").is_err());
+        // The first operator from the left splits the term.
+        assert!(f(r"spec.nodeName!=a\,b\=c\\d\=x"));
+        for (bad, why) in [
+            ("spec.nodeName", "can't understand"),
+            (r"spec.nodeName=a\x", r"invalid escape sequence \x"),
+            (r"spec.nodeName=a\", "lone backslash"),
+            ("spec.nodeName=a=b", "unescaped '='"),
+        ] {
+            let err = pod_filter(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        // Terms are checked in sorted order, so the same one is named first.
+        let err = pod_filter("z=1,spec.nope=2").unwrap_err();
+        assert!(err.contains(r#"not supported: "spec.nope""#), "{err}");
+        // A term that does not parse is reported before any unknown label.
+        let err = pod_filter("a=1,zz").unwrap_err();
+        assert!(err.contains("can't understand"), "{err}");
     }
 
     #[test]
     fn namespace_restricts() {
-        let f = Filter::new("ns", "", "").unwrap();
+        let f = Filter::new("ns", "", "", &SelectableFields::default()).unwrap();
         assert!(f.matches(&obj("ns", "a", "{}")));
         assert!(!f.matches(&obj("other", "a", "{}")));
     }

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod fields;
 pub mod filter;
 pub mod metrics;
 pub mod object;

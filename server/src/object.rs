@@ -6,6 +6,8 @@ use std::{collections::BTreeMap, fmt, str::FromStr, sync::Arc};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::fields::{SelectableFields, Source};
+
 /// A Kubernetes resourceVersion.
 ///
 /// Kubernetes calls resourceVersions opaque, but every API server backed by
@@ -114,6 +116,9 @@ pub struct Object {
     pub resource_version: ResourceVersion,
     /// metadata.labels.
     pub labels: BTreeMap<String, String>,
+    /// The values of its type's own selectable fields, in the order of
+    /// [`SelectableFields::fields`], taken once on arrival.
+    pub fields: Box<[String]>,
     /// The object's JSON after the transform.
     pub json: Arc<str>,
 }
@@ -138,7 +143,20 @@ impl Object {
             )
     }
 
-    /// Parses an object the API server sent, applying `transform`.
+    /// The object's value of a selectable field (resolved for its type by
+    /// [`SelectableFields::resolve`]), as a field selector compares it:
+    /// read from what was taken on arrival, nothing parsed again.
+    pub fn field(&self, source: Source) -> &str {
+        match source {
+            Source::Name => &self.name,
+            Source::Namespace => &self.namespace,
+            Source::Field(i) => self.fields.get(i).map_or("", String::as_str),
+            Source::Unset => "",
+        }
+    }
+
+    /// Parses an object the API server sent, applying `transform`, and
+    /// takes the values of `fields`.
     ///
     /// Items of a LIST come without apiVersion and kind; they are filled in
     /// from `type_meta`, so subscribers get whole objects either way. An
@@ -146,6 +164,7 @@ impl Object {
     pub fn from_json(
         raw: &str,
         type_meta: &TypeMeta,
+        fields: &SelectableFields,
         transform: Transform,
     ) -> Result<Self, ObjectError> {
         let mut value: Value = serde_json::from_str(raw)?;
@@ -185,6 +204,7 @@ impl Object {
             .as_deref()
             .unwrap_or_default()
             .parse()?;
+        let fields = fields.values(&value);
         if transform.strip_managed_fields
             && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
         {
@@ -202,6 +222,7 @@ impl Object {
             name: meta.name,
             resource_version,
             labels: meta.labels,
+            fields,
             json,
         })
     }
@@ -230,7 +251,15 @@ mod tests {
 
     #[test]
     fn the_same_state_is_recognised_whatever_the_key_order() {
-        let parse = |raw: &str| Object::from_json(raw, &cm(), Transform::default()).unwrap();
+        let parse = |raw: &str| {
+            Object::from_json(
+                raw,
+                &cm(),
+                &SelectableFields::default(),
+                Transform::default(),
+            )
+            .unwrap()
+        };
         let a = parse(
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"2"}}"#,
         );
@@ -251,7 +280,13 @@ mod tests {
     #[test]
     fn parses_metadata_and_strips_managed_fields() {
         let raw = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"42","labels":{"app":"x"},"managedFields":[{"manager":"kubectl"}]},"data":{"k":"v"}}"#;
-        let obj = Object::from_json(raw, &cm(), Transform::default()).unwrap();
+        let obj = Object::from_json(
+            raw,
+            &cm(),
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap();
         assert_eq!(obj.key, "ns/a");
         assert_eq!(obj.resource_version, ResourceVersion(42));
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
@@ -265,6 +300,7 @@ mod tests {
         let obj = Object::from_json(
             raw,
             &cm(),
+            &SelectableFields::default(),
             Transform {
                 strip_managed_fields: false,
             },
@@ -277,13 +313,19 @@ mod tests {
     #[test]
     fn rejects_objects_without_a_name_or_with_an_opaque_resource_version() {
         assert!(matches!(
-            Object::from_json(r#"{"metadata":{}}"#, &cm(), Transform::default()),
+            Object::from_json(
+                r#"{"metadata":{}}"#,
+                &cm(),
+                &SelectableFields::default(),
+                Transform::default()
+            ),
             Err(ObjectError::NoName)
         ));
         assert!(matches!(
             Object::from_json(
                 r#"{"metadata":{"name":"a","resourceVersion":"abc"}}"#,
                 &cm(),
+                &SelectableFields::default(),
                 Transform::default()
             ),
             Err(ObjectError::ResourceVersion(_))
@@ -295,6 +337,7 @@ mod tests {
         let item = Object::from_json(
             r#"{"metadata":{"name":"a","resourceVersion":"3"}}"#,
             &cm(),
+            &SelectableFields::default(),
             Transform::default(),
         )
         .unwrap();
@@ -303,7 +346,13 @@ mod tests {
                 && item.json.contains(r#""kind":"ConfigMap""#)
         );
         let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"a","resourceVersion":"3"}}"#;
-        let err = Object::from_json(table, &cm(), Transform::default()).unwrap_err();
+        let err = Object::from_json(
+            table,
+            &cm(),
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ObjectError::UnexpectedType { .. }), "{err}");
         assert!(err.to_string().contains("meta.k8s.io/v1 Table"), "{err}");
     }

@@ -262,7 +262,8 @@ mod tests {
             .map(|i| object(&format!("o{i}"), 1, r#"{"app":"x"}"#))
             .collect();
         store.replace(all, ResourceVersion(1));
-        let filter = Filter::new("", "app=x", "").unwrap();
+        let filter =
+            Filter::new("", "app=x", "", &crate::fields::SelectableFields::default()).unwrap();
         let first = pages.page(&store, &filter, 2, "").unwrap();
         assert_eq!(pages.kept(), 1);
         let token = first.next.unwrap().encode();

@@ -46,6 +46,7 @@ use tracing::{Level, debug, info, warn};
 use self::{retry::InternalErrorRetry, trace::SyncTrace};
 use crate::{
     backoff::{Backoff, BackoffConfig},
+    fields::SelectableFields,
     object::{Object, ObjectError, ResourceVersion, Transform, TypeMeta},
     store::{EventKind, Store},
     upstream::{Lines, Upstream, UpstreamError},
@@ -278,6 +279,7 @@ pub struct Reflector {
     store: Arc<Store>,
     config: ReflectorConfig,
     type_meta: TypeMeta,
+    fields: SelectableFields,
     status: Arc<Mutex<ReflectorStatus>>,
     backoff: Backoff,
     /// The RV of the last list, watch event or bookmark applied.
@@ -351,6 +353,7 @@ impl Reflector {
         Reflector {
             upstream: Upstream::new(client, resource.url_path()),
             type_meta: resource.type_meta(),
+            fields: resource.fields.clone(),
             store,
             config,
             status: Arc::default(),
@@ -583,7 +586,7 @@ impl Reflector {
 
     /// Parses an object, logging and dropping one that does not belong.
     fn decode(&self, raw: &str) -> Option<Object> {
-        match Object::from_json(raw, &self.type_meta, self.config.transform) {
+        match Object::from_json(raw, &self.type_meta, &self.fields, self.config.transform) {
             Ok(object) => Some(object),
             Err(err) => {
                 warn!(error = %err, "dropping an object the store cannot take");

@@ -123,6 +123,7 @@ impl FanoutService {
                 &request.namespace,
                 &request.label_selector,
                 &request.field_selector,
+                &served.resource().fields,
             )?,
             start: Start::parse(&request.resource_version)?,
             send_initial_events: request.send_initial_events,
@@ -157,6 +158,7 @@ impl FanoutService {
             &request.namespace,
             &request.label_selector,
             &request.field_selector,
+            &served.resource().fields,
         )?;
         let page = served
             .pages

@@ -757,6 +757,7 @@ pub(crate) mod tests {
             gvr: "v1/configmaps".parse().expect("a valid resource"),
             kind: "ConfigMap".into(),
             namespaced: true,
+            fields: crate::fields::SelectableFields::default(),
         }
     }
 
@@ -768,7 +769,13 @@ pub(crate) mod tests {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
         };
-        Object::from_json(&raw, &meta, Transform::default()).unwrap()
+        Object::from_json(
+            &raw,
+            &meta,
+            &crate::fields::SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap()
     }
 
     /// How often a snapshot replayed ring events over its walk, and how
@@ -1069,7 +1076,15 @@ pub(crate) mod tests {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
         };
-        let parse = |raw: &str| Object::from_json(raw, &meta, Transform::default()).unwrap();
+        let parse = |raw: &str| {
+            Object::from_json(
+                raw,
+                &meta,
+                &crate::fields::SelectableFields::default(),
+                Transform::default(),
+            )
+            .unwrap()
+        };
         // As a watch event sent it, and as a list re-encoded it.
         let watched = parse(
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"4"},"data":{"z":"1","a":"2"}}"#,

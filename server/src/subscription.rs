@@ -697,7 +697,13 @@ mod tests {
 
     fn spec(label_selector: &str, start: Start, send_initial_events: bool) -> WatchSpec {
         WatchSpec {
-            filter: Filter::new("", label_selector, "").unwrap(),
+            filter: Filter::new(
+                "",
+                label_selector,
+                "",
+                &crate::fields::SelectableFields::default(),
+            )
+            .unwrap(),
             start,
             send_initial_events,
             allow_bookmarks: true,

@@ -144,6 +144,7 @@ impl ControlPlane {
         if let Some(gates) = &options.feature_gates {
             args.push(format!("--feature-gates={gates}"));
         }
+        args.extend(options.extra_args.iter().cloned());
         let apiserver = spawn(
             bin.join("kube-apiserver"),
             &args,

@@ -97,7 +97,7 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
                 ..watch_list("")
             },
             Code::InvalidArgument,
-            "field \"spec.nodeName\" is not supported",
+            "\"spec.nodeName\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
         ),
         (
             WatchRequest {

@@ -162,8 +162,9 @@ async fn cluster_role_rules(client: &kube::Client) -> Result<BTreeSet<(String, S
     Ok(triples)
 }
 
-/// list and watch on each (group, resource), plus what kube-fanout needs to
-/// authenticate and authorize its subscribers.
+/// list and watch on each (group, resource), get on CRDs (the names are
+/// checked apart) when a type is in a named group, plus what kube-fanout
+/// needs to authenticate and authorize its subscribers.
 fn expected_rules(served: &[(&str, &str)]) -> BTreeSet<(String, String, String)> {
     let mut rules: BTreeSet<_> = served
         .iter()
@@ -171,6 +172,13 @@ fn expected_rules(served: &[(&str, &str)]) -> BTreeSet<(String, String, String)>
             ["list", "watch"].map(|verb| (group.to_string(), resource.to_string(), verb.into()))
         })
         .collect();
+    if served.iter().any(|(group, _)| !group.is_empty()) {
+        rules.insert((
+            "apiextensions.k8s.io".into(),
+            "customresourcedefinitions".into(),
+            "get".into(),
+        ));
+    }
     rules.insert((
         "authentication.k8s.io".into(),
         "tokenreviews".into(),
@@ -187,6 +195,17 @@ fn expected_rules(served: &[(&str, &str)]) -> BTreeSet<(String, String, String)>
 /// The API server's own answer: may the chart's ServiceAccount `verb`
 /// `resource` in `group`, cluster-wide?
 async fn allowed(client: &kube::Client, verb: &str, group: &str, resource: &str) -> Result<bool> {
+    allowed_on(client, verb, group, resource, "").await
+}
+
+/// The same for the object `name` ("" for any).
+async fn allowed_on(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    name: &str,
+) -> Result<bool> {
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(format!("system:serviceaccount:{NAMESPACE}:{FULLNAME}")),
@@ -199,6 +218,7 @@ async fn allowed(client: &kube::Client, verb: &str, group: &str, resource: &str)
                 verb: Some(verb.into()),
                 group: Some(group.into()),
                 resource: Some(resource.into()),
+                name: (!name.is_empty()).then(|| name.into()),
                 ..ResourceAttributes::default()
             }),
             ..SubjectAccessReviewSpec::default()
@@ -391,6 +411,20 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         );
     }
     assert!(!allowed(&kube, "list", "", "secrets").await?);
+    // The served types' CRDs, for their selectable fields, and no other.
+    let crds = ("apiextensions.k8s.io", "customresourcedefinitions");
+    for (name, expected) in [
+        ("widgets.example.com", true),
+        ("deployments.apps", true),
+        ("gadgets.example.com", false),
+    ] {
+        assert_eq!(
+            allowed_on(&kube, "get", crds.0, crds.1, name).await?,
+            expected,
+            "get CRD {name}"
+        );
+    }
+    assert!(!allowed(&kube, "list", crds.0, crds.1).await?);
 
     // kube-fanout with the ServiceAccount's own token and the Deployment's
     // own flags syncs every type (the readiness probe's health turns SERVING).

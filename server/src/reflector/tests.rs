@@ -570,7 +570,13 @@ fn differences_name_every_missing_extra_and_changed_object() {
         kind: "ConfigMap".into(),
     };
     let obj = |name: &str, rv: u64| {
-        Object::from_json(&cm(name, rv), &meta, Transform::default()).unwrap()
+        Object::from_json(
+            &cm(name, rv),
+            &meta,
+            &crate::fields::SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap()
     };
     let found = differences(&[obj("a", 1), obj("b", 2)], &[obj("b", 3), obj("c", 4)]);
     assert_eq!(
