@@ -124,6 +124,22 @@ pub struct Object {
 }
 
 impl Object {
+    /// This object's JSON with `metadata.resourceVersion` set to `rv`. The
+    /// API server's watch cache shows an object that left a watch's
+    /// selector this way (its last matching state, at the event's
+    /// resourceVersion), and clients such as client-go's reflector take
+    /// their resume point from the object, not from the event.
+    pub fn json_at(&self, rv: ResourceVersion) -> Arc<str> {
+        let Ok(mut value) = serde_json::from_str::<Value>(&self.json) else {
+            // Parsed once already when it entered the store; unreachable.
+            return self.json.clone();
+        };
+        if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("resourceVersion".into(), rv.to_string().into());
+        }
+        value.to_string().into()
+    }
+
     /// Whether `other` is the same state of the object. Watch events are
     /// kept as the API server sent them and list items as they were
     /// re-encoded, so equal objects can differ in key order: compare the

@@ -646,10 +646,17 @@ fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delive
     let (kind, shown) = visible(spec, event)?;
     let unchanged =
         (kind == event.kind && std::ptr::eq(shown, &**object)).then(|| Unchanged(event.clone()));
+    // A DELETED for leaving the filter shows the last matching state at
+    // the event's resourceVersion, as the API server does.
+    let json = if unchanged.is_none() && kind == EventKind::Deleted {
+        shown.json_at(rv)
+    } else {
+        shown.json.clone()
+    };
     Some(Delivery {
         kind,
         resource_version: rv,
-        object: shown.json.clone(),
+        object: json,
         resync: event.resync,
         unchanged,
     })
@@ -755,6 +762,30 @@ mod tests {
                 Ok((EventKind::Deleted, 6)),
                 Ok((EventKind::Bookmark, 9)),
             ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_for_leaving_the_filter_shows_the_last_match_at_the_events_rv() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, r#"{"app":"x"}"#)], ResourceVersion(1));
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("app=x", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+            CancellationToken::new(),
+        ));
+        store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
+        let left = stream.next().await.unwrap().unwrap();
+        assert_eq!(
+            (left.kind, left.resource_version),
+            (EventKind::Deleted, ResourceVersion(2))
+        );
+        let shown: serde_json::Value = serde_json::from_str(&left.object).unwrap();
+        assert_eq!(shown["metadata"]["resourceVersion"], "2", "{shown}");
+        assert_eq!(
+            shown["metadata"]["labels"]["app"], "x",
+            "the last matching state"
         );
     }
 

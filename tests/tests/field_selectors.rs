@@ -333,9 +333,11 @@ async fn fanout_rest(
                 let event = event?;
                 reached = reached.max(event.resource_version.parse()?);
                 if event.r#type() != EventType::Bookmark {
-                    let (key, _) = key_and_rv(&serde_json::from_str(&event.object)?);
+                    // The object's own RV, as on the API server's side: a
+                    // DELETED for leaving the selector carries the event's.
+                    let (key, rv) = key_and_rv(&serde_json::from_str(&event.object)?);
                     let kind = event.r#type().as_str_name().to_owned();
-                    events.push((kind, key, event.resource_version));
+                    events.push((kind, key, rv));
                 }
             }
             changed = last_write.changed() => changed?,
