@@ -259,6 +259,21 @@ fn parse_fields(
         .collect()
 }
 
+/// The object name a List or Watch is narrowed to, as the API server reads
+/// it for authorization (its request info): the value of the first
+/// `metadata.name` term testing equality, read with the same parser as the
+/// filter (escapes undone, nothing trimmed), so the name authorized is the
+/// name the filter then selects. Empty when there is none or the selector
+/// does not parse (the request then fails on its filter).
+pub fn selected_name(field_selector: &str) -> String {
+    split_terms(field_selector)
+        .into_iter()
+        .filter_map(split_term)
+        .find(|(label, equal, _)| *equal && *label == "metadata.name")
+        .and_then(|(_, _, value)| unescape(value).ok())
+        .unwrap_or_default()
+}
+
 /// Splits at commas not escaped by a backslash (the escape is kept).
 fn split_terms(selector: &str) -> Vec<&str> {
     let mut terms = Vec::new();
@@ -321,6 +336,25 @@ fn unescape(value: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use crate::object::{Transform, TypeMeta};
+
+    #[test]
+    fn the_authorized_name_is_the_name_the_filter_selects() {
+        assert_eq!(selected_name("metadata.name=a"), "a");
+        assert_eq!(selected_name("metadata.namespace=x,metadata.name==b"), "b");
+        assert_eq!(selected_name("metadata.name!=a"), "");
+        assert_eq!(selected_name("metadata.namespace=a"), "");
+        assert_eq!(selected_name(""), "");
+        // Escapes are undone, an escaped comma does not split the term,
+        // and a padded label is not metadata.name (the filter refuses it).
+        assert_eq!(selected_name(r"metadata.name=a\,b"), "a,b");
+        assert_eq!(selected_name(r"metadata.name=a\\b"), r"a\b");
+        // An invalid escape: no name (the filter refuses the selector).
+        assert_eq!(selected_name(r"metadata.name=a\b"), "");
+        assert_eq!(selected_name("metadata.name =a"), "");
+        let filter =
+            Filter::new("", "", r"metadata.name=a\,b", &SelectableFields::default()).unwrap();
+        assert!(filter.matches(&obj("ns", "a,b", "{}")));
+    }
 
     fn obj(ns: &str, name: &str, labels: &str) -> Object {
         let raw = format!(

@@ -16,12 +16,11 @@ use crate::{
     auth::{
         Access, Attributes, AuthError, Grant, Verb,
         limits::{Held, Limiter, Permit},
-        selected_name,
     },
     cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
-    filter::Filter,
+    filter::{Filter, selected_name},
     object::object_key,
     resource::GroupVersionResource,
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
@@ -249,7 +248,7 @@ impl KubeFanout for FanoutService {
                 Verb::Watch,
                 r.resource.as_ref(),
                 &r.namespace,
-                selected_name(&r.field_selector),
+                &selected_name(&r.field_selector),
             )
             .await?;
         let caller = Limiter::caller(request.extensions());
@@ -271,7 +270,7 @@ impl KubeFanout for FanoutService {
             Verb::List,
             r.resource.as_ref(),
             &r.namespace,
-            selected_name(&r.field_selector),
+            &selected_name(&r.field_selector),
         )
         .await?;
         // A List copies (a page of) the store like a snapshot does.

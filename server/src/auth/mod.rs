@@ -97,23 +97,6 @@ pub struct Attributes {
     pub name: String,
 }
 
-/// The object name a List or Watch is narrowed to, as the API server reads
-/// it for authorization: a field selector requiring `metadata.name` to
-/// equal one value (then RBAC rules with `resourceNames` apply).
-pub fn selected_name(field_selector: &str) -> &str {
-    field_selector
-        .split(',')
-        .filter_map(|term| {
-            let (field, value) = term.split_once("==").or_else(|| {
-                term.split_once('=')
-                    .filter(|(field, _)| !field.ends_with('!'))
-            })?;
-            (field.trim() == "metadata.name").then(|| value.trim())
-        })
-        .next()
-        .unwrap_or_default()
-}
-
 impl fmt::Display for Attributes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.verb.as_str(), self.resource)?;
@@ -189,20 +172,6 @@ fn reason_suffix(reason: &str) -> String {
         String::new()
     } else {
         format!(": {}", quote(reason))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::selected_name;
-
-    #[test]
-    fn a_field_selector_on_the_name_narrows_the_authorized_name() {
-        assert_eq!(selected_name("metadata.name=a"), "a");
-        assert_eq!(selected_name("metadata.namespace=x, metadata.name==b"), "b");
-        assert_eq!(selected_name("metadata.name!=a"), "");
-        assert_eq!(selected_name("metadata.namespace=a"), "");
-        assert_eq!(selected_name(""), "");
     }
 }
 
