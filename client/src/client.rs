@@ -427,6 +427,7 @@ impl<K: DeserializeOwned> Api<K> {
                 resource: Some(self.resource.clone()),
                 namespace: self.namespace.clone(),
                 name: name.to_owned(),
+                ..GetRequest::default()
             })
             .await?;
         decode(&response.object)
@@ -450,6 +451,7 @@ impl<K: DeserializeOwned> Api<K> {
                 field_selector: params.field_selector.clone().unwrap_or_default(),
                 limit: params.limit.unwrap_or_default(),
                 r#continue: params.continue_token.clone().unwrap_or_default(),
+                ..ListRequest::default()
             })
             .await?;
         Ok(ObjectList {

@@ -116,6 +116,9 @@ pub struct Object {
     pub labels: BTreeMap<String, String>,
     /// The object's JSON after the transform.
     pub json: Arc<str>,
+    /// Its `PartialObjectMetadata`, made when a metadata subscriber first
+    /// needs it (see [`crate::projection`]).
+    pub partial_metadata: crate::projection::PartialMetadataCell,
 }
 
 impl Object {
@@ -203,6 +206,7 @@ impl Object {
             resource_version,
             labels: meta.labels,
             json,
+            partial_metadata: Default::default(),
         })
     }
 }

@@ -329,6 +329,7 @@ async fn run(cli: Cli) -> Result<()> {
                     resource: served.resource.clone(),
                     namespace,
                     name,
+                    metadata_only: false,
                 })
                 .await?;
             let object: Value = serde_json::from_str(&object.object)?;
