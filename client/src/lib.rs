@@ -34,5 +34,8 @@ pub use error::ClientError;
 pub use kube_fanout_proto::GroupVersionResource;
 pub use kube_fanout_proto::v1 as proto;
 pub use store::{LocalStore, reflect};
-pub use tonic::transport::{Certificate, ClientTlsConfig};
-pub use watcher::{WatchError, watch, watcher};
+pub use tonic::{
+    codec::CompressionEncoding,
+    transport::{Certificate, ClientTlsConfig},
+};
+pub use watcher::{WatchError, metadata_watcher, watch, watcher};
