@@ -10,7 +10,10 @@
 //! `COMPRESSION_BENCH_SERVER` runs another kube-fanout binary (a release
 //! build, for CPU figures worth quoting).
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt};
@@ -24,6 +27,7 @@ use kube_fanout_tests::{
     support::*,
 };
 
+const CLI: &str = env!("CARGO_BIN_EXE_kubectl-fanout-under-test");
 const OBJECTS: usize = 10_000;
 const NAMESPACE: &str = "compress";
 
@@ -168,6 +172,35 @@ async fn a_zstd_snapshot_of_10000_configmaps_moves_at_least_3x_fewer_bytes() -> 
             "zstd moved {zstd} bytes, not 3x fewer than {plain}"
         );
     }
+
+    // The CLI asks for it too.
+    let mut cli_bytes = Vec::new();
+    for compression in ["none", "zstd"] {
+        let proxy = CountingProxy::start(server.addr).await?;
+        let server_flag = format!("--server={}", proxy.addr);
+        let args = [
+            server_flag.as_str(),
+            "--compression",
+            compression,
+            "list",
+            "configmaps",
+            "-n",
+            NAMESPACE,
+        ];
+        let out = run(Path::new(CLI), &args).await?;
+        ensure!(out.success, "{}", out.stderr);
+        ensure!(
+            out.stdout.lines().count() > OBJECTS,
+            "{} lines",
+            out.stdout.lines().count()
+        );
+        println!(
+            "  kubectl-fanout list --compression {compression}: {} bytes from the server",
+            proxy.bytes_from_server()
+        );
+        cli_bytes.push(proxy.bytes_from_server());
+    }
+    ensure!(cli_bytes[1] * 3 <= cli_bytes[0], "{cli_bytes:?}");
 
     // One small live event on each kind of stream.
     let mut streams = Vec::new();
