@@ -20,6 +20,12 @@
 //! encoded `WatchEvent` has one cell per projection (see
 //! [`crate::codec::Encodings`]), so an event is encoded at most once for
 //! all full subscribers and once for all metadata subscribers.
+//!
+//! The lag bound (`--max-lag-bytes`) still counts an event's full JSON for
+//! a metadata subscriber: the ring keeps one byte count for everyone, so
+//! such a subscriber is cut off by the bytes it would have had to receive
+//! in full, earlier than its own stream warrants (conservative, never
+//! later).
 
 use std::sync::{Arc, OnceLock};
 
