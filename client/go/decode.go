@@ -26,8 +26,9 @@ func (d runtimeDecoder) object(data []byte) (runtime.Object, error) {
 
 func (d runtimeDecoder) list(data []byte) (runtime.Object, error) { return d.object(data) }
 
-// metadataOnly decodes into PartialObjectMetadata, keeping the object's own
-// apiVersion and kind, as the API server's metadata-only responses do.
+// metadataOnly decodes into PartialObjectMetadata, keeping the apiVersion
+// and kind the server sent (meta.k8s.io/v1 PartialObjectMetadata, as the
+// API server's metadata-only responses carry).
 type metadataOnly struct{}
 
 func (metadataOnly) object(data []byte) (runtime.Object, error) {

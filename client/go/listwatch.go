@@ -29,6 +29,8 @@ type ListWatch struct {
 	namespace string
 	tweak     func(*metav1.ListOptions)
 	decode    decoder
+	// metadataOnly asks the server for PartialObjectMetadata (Metadata()).
+	metadataOnly bool
 }
 
 var (
@@ -53,9 +55,15 @@ func Unstructured() ListWatchOption {
 }
 
 // Metadata decodes objects into *metav1.PartialObjectMetadata, for
-// metadata-only informers.
+// metadata-only informers, and asks kube-fanout for only the objects'
+// metadata (metadata_only), as client-go's metadata client asks the API
+// server: the objects arrive as meta.k8s.io/v1 PartialObjectMetadata, a
+// fraction of the bytes.
 func Metadata() ListWatchOption {
-	return func(lw *ListWatch) { lw.decode = metadataOnly{} }
+	return func(lw *ListWatch) {
+		lw.decode = metadataOnly{}
+		lw.metadataOnly = true
+	}
 }
 
 // NewListWatch lists and watches the resource type gvr in namespace (""
@@ -110,6 +118,7 @@ func (lw *ListWatch) ListWithContext(ctx context.Context, options metav1.ListOpt
 		LabelSelector: options.LabelSelector,
 		FieldSelector: options.FieldSelector,
 		Continue:      options.Continue,
+		MetadataOnly:  lw.metadataOnly,
 	}
 	if options.Limit > 0 {
 		req.Limit = uint32(min(options.Limit, int64(^uint32(0))))
@@ -196,6 +205,7 @@ func (lw *ListWatch) WatchWithContext(ctx context.Context, options metav1.ListOp
 		ResourceVersion:   options.ResourceVersion,
 		SendInitialEvents: initial || legacyInitial,
 		AllowBookmarks:    options.AllowWatchBookmarks,
+		MetadataOnly:      lw.metadataOnly,
 	}
 	return startWatch(ctx, lw.conn, req, watchSettings{
 		decode:          lw.decode,

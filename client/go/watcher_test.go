@@ -269,15 +269,16 @@ func TestWatchDecodesMetadataAndUnstructured(t *testing.T) {
 	script := watchScript{events: []*pb.WatchEvent{{Type: pb.EventType_ADDED, ResourceVersion: "10", Object: configMap("a", "10")}}}
 	f := &fakeServer{scripts: []watchScript{script, script}}
 	conn := dial(t, []string{serve(t, f, nil)})
-	for _, c := range []struct {
-		opt   ListWatchOption
-		check func(obj any) bool
+	for i, c := range []struct {
+		opt          ListWatchOption
+		metadataOnly bool
+		check        func(obj any) bool
 	}{
-		{Metadata(), func(obj any) bool {
+		{Metadata(), true, func(obj any) bool {
 			m, ok := obj.(*metav1.PartialObjectMetadata)
 			return ok && m.Name == "a" && m.Kind == "ConfigMap" && m.ResourceVersion == "10"
 		}},
-		{Unstructured(), func(obj any) bool {
+		{Unstructured(), false, func(obj any) bool {
 			u, ok := obj.(*unstructured.Unstructured)
 			return ok && u.GetName() == "a" && u.GetKind() == "ConfigMap"
 		}},
@@ -289,6 +290,12 @@ func TestWatchDecodesMetadataAndUnstructured(t *testing.T) {
 		}
 		if ev := <-w.ResultChan(); !c.check(ev.Object) {
 			t.Fatalf("decoded %#v", ev.Object)
+		}
+		f.mu.Lock()
+		asked := f.requests[i].GetMetadataOnly()
+		f.mu.Unlock()
+		if asked != c.metadataOnly {
+			t.Fatalf("request %d asked metadata_only=%v", i, asked)
 		}
 		cancel()
 	}

@@ -14,6 +14,7 @@ use kube_fanout_proto::GroupVersionResource;
 use serde::de::DeserializeOwned;
 use tonic::{
     Request, Status, Streaming,
+    codec::CompressionEncoding,
     metadata::{Ascii, MetadataValue},
     service::{Interceptor, interceptor::InterceptedService},
     transport::{Channel, ClientTlsConfig, Endpoint},
@@ -141,6 +142,7 @@ pub struct ClientConfig {
     addresses: Vec<String>,
     tls: Option<ClientTlsConfig>,
     token: Option<Credential>,
+    compression: Option<CompressionEncoding>,
 }
 
 /// Where the bearer token comes from.
@@ -192,6 +194,16 @@ impl ClientConfig {
         self
     }
 
+    /// Asks the server to compress what it sends with `encoding` (gzip or
+    /// zstd), negotiated per call: worth it for large snapshots over slow
+    /// links, at the CPU cost of compressing on the server and
+    /// decompressing here (BENCHMARKS.md has the figures). Requests, which
+    /// are small, are sent as they are. Off by default.
+    pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+        self.compression = Some(encoding);
+        self
+    }
+
     /// Checks the settings and returns a client that connects on first use.
     pub fn build(self) -> Result<Client, ClientError> {
         if self.addresses.is_empty() {
@@ -207,7 +219,11 @@ impl ClientConfig {
             Some(Credential::File(path)) => BearerToken::from_file(path)?,
             None => BearerToken::default(),
         };
-        let shared = Arc::new(Shared { endpoints, token });
+        let shared = Arc::new(Shared {
+            endpoints,
+            token,
+            compression: self.compression,
+        });
         let grpc = shared.client(shared.endpoints[0].connect_lazy());
         Ok(Client {
             shared,
@@ -262,12 +278,17 @@ fn endpoint(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Clien
 struct Shared {
     endpoints: Vec<Endpoint>,
     token: BearerToken,
+    compression: Option<CompressionEncoding>,
 }
 
 impl Shared {
     fn client(&self, channel: Channel) -> GrpcClient {
-        KubeFanoutClient::with_interceptor(channel, self.token.clone())
-            .max_decoding_message_size(MAX_MESSAGE)
+        let client = KubeFanoutClient::with_interceptor(channel, self.token.clone())
+            .max_decoding_message_size(MAX_MESSAGE);
+        match self.compression {
+            Some(encoding) => client.accept_compressed(encoding),
+            None => client,
+        }
     }
 }
 
@@ -429,7 +450,23 @@ impl<K: Resource> Api<K> {
     }
 }
 
-impl<K: DeserializeOwned> Api<K> {
+impl<K: Resource> Api<K> {
+    /// The same resource type and namespace, seen as `T` (for example the
+    /// `PartialObjectMeta` of `K`).
+    pub(crate) fn cast<T>(self) -> Api<T> {
+        Api {
+            client: self.client,
+            resource: self.resource,
+            namespace: self.namespace,
+            _kind: std::marker::PhantomData,
+        }
+    }
+}
+
+/// `Api<PartialObjectMeta<K>>` asks for metadata only, as `kube::Api` does
+/// (kube's `Resource::metadata_api`): the server sends each object as a
+/// `PartialObjectMetadata`.
+impl<K: Resource + DeserializeOwned> Api<K> {
     /// One object by name, from kube-fanout's cache.
     pub async fn get(&self, name: &str) -> Result<K, ClientError> {
         let response = self
@@ -439,6 +476,7 @@ impl<K: DeserializeOwned> Api<K> {
                 resource: Some(self.resource.clone()),
                 namespace: self.namespace.clone(),
                 name: name.to_owned(),
+                metadata_only: K::metadata_api(),
             })
             .await?;
         decode(&response.object)
@@ -462,6 +500,7 @@ impl<K: DeserializeOwned> Api<K> {
                 field_selector: params.field_selector.clone().unwrap_or_default(),
                 limit: params.limit.unwrap_or_default(),
                 r#continue: params.continue_token.clone().unwrap_or_default(),
+                metadata_only: K::metadata_api(),
             })
             .await?;
         Ok(ObjectList {

@@ -5,6 +5,8 @@
 //! same [`Event`](kube_runtime::watcher::Event)s, so a reflector store, a
 //! `Controller` and every `WatchStreamExt` combinator work unchanged, and
 //! it resumes by itself across server restarts (see [`watcher`](mod@watcher)).
+//! [`metadata_watcher()`] is the drop-in for `kube_runtime::metadata_watcher()`
+//! (the server then sends only each object's metadata).
 //! [`Api`] names the resource type as `kube::Api` does, [`reflect`] keeps a
 //! [`LocalStore`], and [`Client`] is the connection: one or several server
 //! addresses, plaintext or TLS, with an optional bearer token.
@@ -34,5 +36,8 @@ pub use error::ClientError;
 pub use kube_fanout_proto::GroupVersionResource;
 pub use kube_fanout_proto::v1 as proto;
 pub use store::{LocalStore, reflect};
-pub use tonic::transport::{Certificate, ClientTlsConfig};
-pub use watcher::{WatchError, watch, watcher};
+pub use tonic::{
+    codec::CompressionEncoding,
+    transport::{Certificate, ClientTlsConfig},
+};
+pub use watcher::{WatchError, metadata_watcher, watch, watcher};

@@ -52,7 +52,7 @@
 use std::{collections::BTreeMap, future::Future, time::Duration};
 
 use futures::{Stream, StreamExt, stream::BoxStream};
-use kube::Resource;
+use kube::{Resource, core::PartialObjectMeta};
 use kube_fanout_proto::GroupVersionResource;
 use kube_runtime::watcher::{self, DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
@@ -129,9 +129,41 @@ where
         label_selector: config.label_selector.unwrap_or_default(),
         field_selector: config.field_selector.unwrap_or_default(),
         allow_bookmarks: true,
+        // `Api<PartialObjectMeta<_>>`: metadata only, as kube::Api does.
+        metadata_only: K::metadata_api(),
         ..WatchRequest::default()
     };
     run(api.client, request)
+}
+
+/// The drop-in for [`kube_runtime::metadata_watcher()`]: the same
+/// [`PartialObjectMeta`] events, from kube-fanout instead of the API
+/// server, which sends only each object's metadata (`metadata_only` in the
+/// proto). Like kube 5, `watcher(Api::<PartialObjectMeta<K>>::all(client),
+/// config)` does the same.
+///
+/// ```no_run
+/// # use k8s_openapi::api::core::v1::Pod;
+/// # use kube_runtime::{reflector, watcher, WatchStreamExt};
+/// # fn f(fanout: kube_fanout_client::Client) {
+/// let (reader, writer) = reflector::store();
+/// // was: metadata_watcher(kube::Api::<Pod>::all(kube_client), watcher::Config::default())
+/// let stream = kube_fanout_client::metadata_watcher(
+///     kube_fanout_client::Api::<Pod>::all(fanout),
+///     watcher::Config::default(),
+/// )
+/// .reflect(writer)
+/// .applied_objects();
+/// # }
+/// ```
+pub fn metadata_watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<Event<PartialObjectMeta<K>>>> + Send + 'static
+where
+    K: Resource + Clone + Send + 'static,
+{
+    watcher(api.cast::<PartialObjectMeta<K>>(), config)
 }
 
 /// The drop-in for [`kube_runtime::watcher()`]: the same events and error

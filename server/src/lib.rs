@@ -17,6 +17,7 @@ pub mod filter;
 pub mod metrics;
 pub mod object;
 pub mod paging;
+pub mod projection;
 pub mod reflector;
 pub mod resource;
 pub mod server;

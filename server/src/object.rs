@@ -102,6 +102,22 @@ impl Default for Transform {
     }
 }
 
+/// An object's JSON with `metadata.resourceVersion` set to `rv`. The API
+/// server's watch cache shows an object that left a watch's selector this
+/// way (its last matching state, at the event's resourceVersion), and
+/// clients such as client-go's reflector take their resume point from the
+/// object, not from the event.
+pub fn with_resource_version(json: &Arc<str>, rv: ResourceVersion) -> Arc<str> {
+    let Ok(mut value) = serde_json::from_str::<Value>(json) else {
+        // Parsed once already when it entered the store; unreachable.
+        return json.clone();
+    };
+    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("resourceVersion".into(), rv.to_string().into());
+    }
+    value.to_string().into()
+}
+
 /// One cached object. Cheap to share: the store and every event that
 /// mentions it hold the same `Arc`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,25 +137,12 @@ pub struct Object {
     pub fields: Box<[String]>,
     /// The object's JSON after the transform.
     pub json: Arc<str>,
+    /// Its `PartialObjectMetadata`, made when a metadata subscriber first
+    /// needs it (see [`crate::projection`]).
+    pub partial_metadata: crate::projection::PartialMetadataCell,
 }
 
 impl Object {
-    /// This object's JSON with `metadata.resourceVersion` set to `rv`. The
-    /// API server's watch cache shows an object that left a watch's
-    /// selector this way (its last matching state, at the event's
-    /// resourceVersion), and clients such as client-go's reflector take
-    /// their resume point from the object, not from the event.
-    pub fn json_at(&self, rv: ResourceVersion) -> Arc<str> {
-        let Ok(mut value) = serde_json::from_str::<Value>(&self.json) else {
-            // Parsed once already when it entered the store; unreachable.
-            return self.json.clone();
-        };
-        if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.insert("resourceVersion".into(), rv.to_string().into());
-        }
-        value.to_string().into()
-    }
-
     /// Whether `other` is the same state of the object. Watch events are
     /// kept as the API server sent them and list items as they were
     /// re-encoded, so equal objects can differ in key order: compare the
@@ -240,6 +243,7 @@ impl Object {
             labels: meta.labels,
             fields,
             json,
+            partial_metadata: Default::default(),
         })
     }
 }

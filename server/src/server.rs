@@ -271,7 +271,7 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
-        .add_service(KubeFanoutServer::new(service));
+        .add_service(compressed(KubeFanoutServer::new(service)));
     let shutdown = cancel.clone();
     tasks.spawn(
         async move {
@@ -294,6 +294,22 @@ pub async fn start(
         tasks,
         cancel,
     })
+}
+
+/// gRPC message compression, negotiated per call and off unless the
+/// client asks: a request compressed with gzip or zstd is accepted, and
+/// responses are compressed with the first of them the client lists in
+/// `grpc-accept-encoding`. tonic then compresses every response message of
+/// the call, however small (it has no size threshold), and per call: a
+/// live event shared by many subscribers is compressed once for each of
+/// them that asked (what that costs is in BENCHMARKS.md).
+fn compressed(server: KubeFanoutServer<FanoutService>) -> KubeFanoutServer<FanoutService> {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    server
+        .accept_compressed(Gzip)
+        .accept_compressed(Zstd)
+        .send_compressed(Gzip)
+        .send_compressed(Zstd)
 }
 
 /// The access checks and the authentication layer `security` asks for;

@@ -22,6 +22,7 @@ use crate::{
     error::RequestError,
     filter::{Filter, selected_name},
     object::object_key,
+    projection::Projection,
     resource::GroupVersionResource,
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
 };
@@ -127,6 +128,7 @@ impl FanoutService {
             start: Start::parse(&request.resource_version)?,
             send_initial_events: request.send_initial_events,
             allow_bookmarks: request.allow_bookmarks,
+            projection: Projection::from_request(request.metadata_only),
         };
         let guard = served.subscriber();
         let encoder = self.encoder.clone();
@@ -162,9 +164,14 @@ impl FanoutService {
         let page = served
             .pages
             .page(&served.store, &filter, request.limit, &request.r#continue)?;
+        let projection = Projection::from_request(request.metadata_only);
         Ok(ListResponse {
             resource_version: page.resource_version.to_string(),
-            objects: page.objects.iter().map(|o| o.json.to_string()).collect(),
+            objects: page
+                .objects
+                .iter()
+                .map(|o| projection.json(o).to_string())
+                .collect(),
             r#continue: page.next.map(|t| t.encode()).unwrap_or_default(),
             remaining_item_count: page.remaining,
         })
@@ -185,7 +192,9 @@ impl FanoutService {
             })?;
         Ok(GetResponse {
             resource_version: served.store.head().resource_version.to_string(),
-            object: object.json.to_string(),
+            object: Projection::from_request(request.metadata_only)
+                .json(&object)
+                .to_string(),
         })
     }
 
@@ -468,6 +477,113 @@ mod tests {
                 "{rv:?}"
             );
         }
+    }
+
+    /// The object of an encoded event, as JSON.
+    fn object_of(bytes: bytes::Bytes) -> serde_json::Value {
+        serde_json::from_str(&pb::WatchEvent::decode(bytes).unwrap().object).unwrap()
+    }
+
+    #[tokio::test]
+    async fn metadata_subscribers_share_one_encoding_of_partial_object_metadata() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, r#"{"app":"x"}"#)], ResourceVersion(1));
+        let service = service(store.clone());
+        let metadata_only = |rv: &str, initial: bool| WatchRequest {
+            metadata_only: true,
+            ..request("", rv, initial)
+        };
+        const SUBSCRIBERS: usize = 50;
+        let mut full: Vec<_> = (0..SUBSCRIBERS)
+            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
+            .collect();
+        let mut metadata: Vec<_> = (0..SUBSCRIBERS)
+            .map(|_| {
+                Box::pin(
+                    service
+                        .start_watch(metadata_only("1", false), None)
+                        .unwrap(),
+                )
+            })
+            .collect();
+
+        store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
+        let mut received = Vec::new();
+        for stream in &mut metadata {
+            received.push(stream.next().await.unwrap().unwrap().0);
+        }
+        let whole = full[0].next().await.unwrap().unwrap().0;
+        for stream in &mut full[1..] {
+            assert_eq!(stream.next().await.unwrap().unwrap().0, whole);
+        }
+        assert_eq!(
+            service.encoder.encodes(),
+            2,
+            "one encode for {SUBSCRIBERS} full and one for {SUBSCRIBERS} metadata subscribers"
+        );
+        assert!(received.iter().all(|b| b.as_ptr() == received[0].as_ptr()));
+        assert_eq!(
+            object_of(received[0].clone()),
+            serde_json::json!({
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadata",
+                "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "2",
+                             "labels": {"app": "y"}},
+            })
+        );
+        assert_eq!(object_of(whole)["kind"], "ConfigMap");
+
+        // A snapshot's objects and its end bookmark are PartialObjectMetadata
+        // too, as the API server sends them.
+        let mut snapshot = Box::pin(service.start_watch(metadata_only("", true), None).unwrap());
+        let added = object_of(snapshot.next().await.unwrap().unwrap().0);
+        let end = object_of(snapshot.next().await.unwrap().unwrap().0);
+        for object in [&added, &end] {
+            assert_eq!(object["kind"], "PartialObjectMetadata");
+            assert_eq!(object["apiVersion"], "meta.k8s.io/v1");
+        }
+        assert_eq!(added["metadata"]["name"], "a");
+        assert_eq!(
+            end["metadata"]["annotations"][kube_fanout_proto::INITIAL_EVENTS_END],
+            "true"
+        );
+    }
+
+    #[test]
+    fn list_and_get_answer_partial_object_metadata_when_asked() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        let service = service(store);
+        let resource = request("", "", false).resource;
+        let list = FanoutService::list(
+            &service,
+            ListRequest {
+                resource: resource.clone(),
+                metadata_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let get = FanoutService::get(
+            &service,
+            GetRequest {
+                resource,
+                namespace: "ns".into(),
+                name: "b".into(),
+                metadata_only: true,
+            },
+        )
+        .unwrap();
+        let kinds: Vec<serde_json::Value> = list
+            .objects
+            .iter()
+            .chain([&get.object])
+            .map(|o| serde_json::from_str::<serde_json::Value>(o).unwrap()["kind"].clone())
+            .collect();
+        assert_eq!(kinds, ["PartialObjectMetadata"; 3]);
     }
 
     #[tokio::test]

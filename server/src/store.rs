@@ -107,10 +107,10 @@ pub struct Event {
     pub bytes_through: u64,
     /// When the event entered the ring, for the age bound.
     pub at: Instant,
-    /// The event as an encoded `kubefanout.v1.WatchEvent`, made by the
-    /// first subscriber that receives the event unchanged and shared by
-    /// every other one (see `crate::codec`).
-    pub encoded: std::sync::OnceLock<bytes::Bytes>,
+    /// The event as an encoded `kubefanout.v1.WatchEvent`, one per
+    /// projection, made by the first subscriber that receives the event
+    /// unchanged and shared by every other one (see `crate::codec`).
+    pub encoded: crate::codec::Encodings,
 }
 
 impl Event {

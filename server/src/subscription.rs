@@ -29,7 +29,8 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::{
     filter::Filter,
-    object::{Object, ObjectError, ResourceVersion},
+    object::{Object, ObjectError, ResourceVersion, with_resource_version},
+    projection::Projection,
     store::{Event, EventKind, Head, ReadError, Snapshot, Store},
 };
 
@@ -76,6 +77,8 @@ pub struct WatchSpec {
     pub send_initial_events: bool,
     /// Forward bookmarks.
     pub allow_bookmarks: bool,
+    /// What of each object it receives.
+    pub projection: Projection,
 }
 
 /// Server-side bounds on a watch.
@@ -117,6 +120,9 @@ pub struct Delivery {
     pub object: Arc<str>,
     /// Part of a re-sync unit: a change of it, or the bookmark closing it.
     pub resync: bool,
+    /// How `object` shows the object; it picks which of the ring event's
+    /// shared encodings `unchanged` stands for.
+    pub projection: Projection,
     /// The ring event, when this delivery is that event unchanged: its one
     /// encoding then serves every subscriber ([`Event::encoded`]).
     pub unchanged: Option<Unchanged>,
@@ -332,15 +338,21 @@ impl Subscription {
                         return Some(Ok(Delivery {
                             kind: EventKind::Added,
                             resource_version: rv,
-                            object: object.json.clone(),
+                            object: self.spec.projection.json(&object),
                             resync: false,
+                            projection: self.spec.projection,
                             unchanged: None,
                         }));
                     }
                     self.state = self.live(seq, rv);
                     self.snapshot_hold = None;
                     if self.spec.send_initial_events {
-                        return Some(Ok(bookmark(&self.store, rv, Marker::InitialEventsEnd)));
+                        return Some(Ok(bookmark(
+                            &self.store,
+                            rv,
+                            Marker::InitialEventsEnd,
+                            self.spec.projection,
+                        )));
                     }
                 }
                 State::Live(live) => {
@@ -500,7 +512,7 @@ async fn follow(
                     // Never inside a unit: its RV is no resume point yet.
                     if spec.allow_bookmarks && !live.in_unit && live.read_rv > live.resume_from {
                         live.resume_from = live.read_rv;
-                        return Ok(bookmark(store, live.read_rv, Marker::None));
+                        return Ok(bookmark(store, live.read_rv, Marker::None, spec.projection));
                     }
                 } else {
                     live.progress.as_mut().reset(due);
@@ -524,7 +536,7 @@ impl Live {
             self.resume_from = rv;
             return Some(Delivery {
                 unchanged: Some(Unchanged(event.clone())),
-                ..bookmark(store, rv, Marker::ResyncEnd)
+                ..bookmark(store, rv, Marker::ResyncEnd, spec.projection)
             });
         }
         if event.resync {
@@ -640,7 +652,7 @@ fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delive
         // The same bookmark for every subscriber, so it is shared too.
         return spec.allow_bookmarks.then(|| Delivery {
             unchanged: Some(Unchanged(event.clone())),
-            ..bookmark(store, rv, Marker::None)
+            ..bookmark(store, rv, Marker::None, spec.projection)
         });
     };
     let (kind, shown) = visible(spec, event)?;
@@ -648,16 +660,16 @@ fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delive
         (kind == event.kind && std::ptr::eq(shown, &**object)).then(|| Unchanged(event.clone()));
     // A DELETED for leaving the filter shows the last matching state at
     // the event's resourceVersion, as the API server does.
-    let json = if unchanged.is_none() && kind == EventKind::Deleted {
-        shown.json_at(rv)
-    } else {
-        shown.json.clone()
-    };
+    let mut json = spec.projection.json(shown);
+    if unchanged.is_none() && kind == EventKind::Deleted {
+        json = with_resource_version(&json, rv);
+    }
     Some(Delivery {
         kind,
         resource_version: rv,
         object: json,
         resync: event.resync,
+        projection: spec.projection,
         unchanged,
     })
 }
@@ -673,17 +685,25 @@ enum Marker {
     ResyncEnd,
 }
 
-/// A bookmark object of the store's kind at `rv`, as the API server sends
-/// one: apiVersion, kind and metadata.resourceVersion only.
-fn bookmark(store: &Store, rv: ResourceVersion, marker: Marker) -> Delivery {
+/// A bookmark object of the store's kind (or `PartialObjectMetadata`) at
+/// `rv`, as the API server sends one: apiVersion, kind and
+/// metadata.resourceVersion only.
+fn bookmark(
+    store: &Store,
+    rv: ResourceVersion,
+    marker: Marker,
+    projection: Projection,
+) -> Delivery {
     let resource = store.resource();
+    let api_version = resource.gvr.api_version();
+    let (api_version, kind) = projection.type_meta(&api_version, &resource.kind);
     let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
     if marker == Marker::InitialEventsEnd {
         metadata["annotations"] = serde_json::json!({ INITIAL_EVENTS_END: "true" });
     }
     let object = serde_json::json!({
-        "apiVersion": resource.gvr.api_version(),
-        "kind": resource.kind,
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": metadata,
     });
     Delivery {
@@ -691,6 +711,7 @@ fn bookmark(store: &Store, rv: ResourceVersion, marker: Marker) -> Delivery {
         resource_version: rv,
         object: object.to_string().into(),
         resync: marker == Marker::ResyncEnd,
+        projection,
         unchanged: None,
     }
 }
@@ -714,6 +735,7 @@ mod tests {
             start,
             send_initial_events,
             allow_bookmarks: true,
+            projection: Projection::Full,
         }
     }
 
@@ -882,7 +904,12 @@ mod tests {
         assert_eq!(waited, Limits::default().progress_interval);
         assert_eq!(
             first,
-            Some(Ok(bookmark(&store, ResourceVersion(3), Marker::None)))
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(3),
+                Marker::None,
+                Projection::Full
+            )))
         );
         // Nothing new was read: no bookmark that says nothing.
         store.apply(EventKind::Added, object("mine", 4, r#"{"app":"mine"}"#));

@@ -8,6 +8,7 @@ pub mod fanout;
 pub mod faults;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for

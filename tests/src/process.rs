@@ -39,6 +39,11 @@ impl FanoutProcess {
         Ok(FanoutProcess { child, log, addr })
     }
 
+    /// The process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// What grpc.health.v1 says of `service`, as the kubelet's gRPC probe
     /// asks it.
     pub async fn health(&self, service: &str) -> Result<ServingStatus> {

@@ -249,6 +249,7 @@ async fn fanout_answer(
                 resource: Some(resource),
                 namespace: namespace.into(),
                 name: name.into(),
+                metadata_only: false,
             };
             match grpc.get(request).await {
                 Ok(r) => Ok(Answer::Allowed([decoded(&r.into_inner().object)?].into())),

@@ -157,6 +157,7 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
             resource: Some(configmaps()),
             namespace: "errors".into(),
             name: "nope".into(),
+            metadata_only: false,
         })
         .await
         .unwrap_err();

@@ -121,6 +121,21 @@ async fn grpcurl_lists_describes_and_calls_the_service() -> anyhow::Result<()> {
         "{watch:?}"
     );
 
+    // Metadata only, as grpcurl users type it.
+    let request = r#"{"resource":{"version":"v1","resource":"configmaps"},"namespace":"grpcurl","metadataOnly":true}"#;
+    let list = run(
+        &grpcurl,
+        &plaintext(&["-d", request, &addr, "kubefanout.v1.KubeFanout/List"]),
+    )
+    .await?;
+    assert!(list.success, "{list:?}");
+    let list: serde_json::Value = serde_json::from_str(&list.stdout)?;
+    let object: serde_json::Value =
+        serde_json::from_str(list["objects"][0].as_str().unwrap_or_default())?;
+    assert_eq!(object["kind"], "PartialObjectMetadata", "{list}");
+    assert_eq!(object["metadata"]["name"], "shown-by-grpcurl", "{list}");
+    assert!(object.get("data").is_none(), "{list}");
+
     let unknown = r#"{"resource":{"group":"example.com","version":"v1","resource":"widgets"}}"#;
     let refused = run(
         &grpcurl,

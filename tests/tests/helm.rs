@@ -622,6 +622,7 @@ async fn wait_for_object(
         resource: Some(kube_fanout_client::resource(resource)?),
         namespace: NAMESPACE.into(),
         name: name.into(),
+        metadata_only: false,
     };
     for _ in 0..150 {
         if client.get(request.clone()).await.is_ok() {

@@ -208,8 +208,16 @@ type WatchRequest struct {
 	ResourceVersion   string `protobuf:"bytes,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	SendInitialEvents bool   `protobuf:"varint,6,opt,name=send_initial_events,json=sendInitialEvents,proto3" json:"send_initial_events,omitempty"`
 	AllowBookmarks    bool   `protobuf:"varint,7,opt,name=allow_bookmarks,json=allowBookmarks,proto3" json:"allow_bookmarks,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Send only each object's metadata, as the API server does for
+	// `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`
+	// (client-go's metadata informers, kube-rs's metadata_watcher): every
+	// object, bookmarks included, arrives as
+	// {"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{...}}.
+	// Filters, units and resume points are unchanged. grpcurl:
+	// -d '{"resource":{...},"metadataOnly":true}'.
+	MetadataOnly  bool `protobuf:"varint,8,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -291,6 +299,13 @@ func (x *WatchRequest) GetAllowBookmarks() bool {
 	return false
 }
 
+func (x *WatchRequest) GetMetadataOnly() bool {
+	if x != nil {
+		return x.MetadataOnly
+	}
+	return false
+}
+
 type WatchEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  EventType              `protobuf:"varint,1,opt,name=type,proto3,enum=kubefanout.v1.EventType" json:"type,omitempty"`
@@ -298,8 +313,9 @@ type WatchEvent struct {
 	// point unless the event is inside an unfinished unit (see Watch).
 	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	// The object as JSON, as the API server sent it (minus
-	// metadata.managedFields). A BOOKMARK carries only apiVersion, kind and
-	// metadata.resourceVersion (and the initial-events-end annotation).
+	// metadata.managedFields), or its PartialObjectMetadata (metadata_only).
+	// A BOOKMARK carries only apiVersion, kind and metadata.resourceVersion
+	// (and the initial-events-end annotation).
 	Object string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
 	// Part of a re-sync unit (see Watch): ADDED, MODIFIED or DELETED events
 	// with resync=true are applied together when the BOOKMARK with
@@ -377,7 +393,10 @@ type ListRequest struct {
 	Limit uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The `continue` of the previous page: the next page of the same
 	// snapshot, at the same resourceVersion.
-	Continue      string `protobuf:"bytes,6,opt,name=continue,proto3" json:"continue,omitempty"`
+	Continue string `protobuf:"bytes,6,opt,name=continue,proto3" json:"continue,omitempty"`
+	// Each object as a PartialObjectMetadata (see WatchRequest): the items
+	// of the API server's PartialObjectMetadataList.
+	MetadataOnly  bool `protobuf:"varint,7,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,11 +473,19 @@ func (x *ListRequest) GetContinue() string {
 	return ""
 }
 
+func (x *ListRequest) GetMetadataOnly() bool {
+	if x != nil {
+		return x.MetadataOnly
+	}
+	return false
+}
+
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The resourceVersion the snapshot is exact at.
 	ResourceVersion string `protobuf:"bytes,1,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	// Objects as JSON, ordered by namespace/name.
+	// Objects as JSON, ordered by namespace/name (each a
+	// PartialObjectMetadata with metadata_only).
 	Objects []string `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
 	// Set when more objects follow: pass it back for the next page. A token
 	// older than the event history fails with OUT_OF_RANGE, reason Expired.
@@ -528,10 +555,12 @@ func (x *ListResponse) GetRemainingItemCount() uint64 {
 }
 
 type GetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resource      *ResourceRef           `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
-	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resource  *ResourceRef           `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The object as a PartialObjectMetadata (see WatchRequest).
+	MetadataOnly  bool `protobuf:"varint,4,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +614,13 @@ func (x *GetRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GetRequest) GetMetadataOnly() bool {
+	if x != nil {
+		return x.MetadataOnly
+	}
+	return false
 }
 
 type GetResponse struct {
@@ -910,7 +946,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\vResourceRef\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\"\xb6\x02\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\"\xdb\x02\n" +
 	"\fWatchRequest\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -918,30 +954,33 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12)\n" +
 	"\x10resource_version\x18\x05 \x01(\tR\x0fresourceVersion\x12.\n" +
 	"\x13send_initial_events\x18\x06 \x01(\bR\x11sendInitialEvents\x12'\n" +
-	"\x0fallow_bookmarks\x18\a \x01(\bR\x0eallowBookmarks\"\x95\x01\n" +
+	"\x0fallow_bookmarks\x18\a \x01(\bR\x0eallowBookmarks\x12#\n" +
+	"\rmetadata_only\x18\b \x01(\bR\fmetadataOnly\"\x95\x01\n" +
 	"\n" +
 	"WatchEvent\x12,\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x18.kubefanout.v1.EventTypeR\x04type\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12\x16\n" +
 	"\x06object\x18\x03 \x01(\tR\x06object\x12\x16\n" +
-	"\x06resync\x18\x04 \x01(\bR\x06resync\"\xe3\x01\n" +
+	"\x06resync\x18\x04 \x01(\bR\x06resync\"\x88\x02\n" +
 	"\vListRequest\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x1a\n" +
-	"\bcontinue\x18\x06 \x01(\tR\bcontinue\"\xa1\x01\n" +
+	"\bcontinue\x18\x06 \x01(\tR\bcontinue\x12#\n" +
+	"\rmetadata_only\x18\a \x01(\bR\fmetadataOnly\"\xa1\x01\n" +
 	"\fListResponse\x12)\n" +
 	"\x10resource_version\x18\x01 \x01(\tR\x0fresourceVersion\x12\x18\n" +
 	"\aobjects\x18\x02 \x03(\tR\aobjects\x12\x1a\n" +
 	"\bcontinue\x18\x03 \x01(\tR\bcontinue\x120\n" +
-	"\x14remaining_item_count\x18\x04 \x01(\x04R\x12remainingItemCount\"v\n" +
+	"\x14remaining_item_count\x18\x04 \x01(\x04R\x12remainingItemCount\"\x9b\x01\n" +
 	"\n" +
 	"GetRequest\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12#\n" +
+	"\rmetadata_only\x18\x04 \x01(\bR\fmetadataOnly\"P\n" +
 	"\vGetResponse\x12)\n" +
 	"\x10resource_version\x18\x01 \x01(\tR\x0fresourceVersion\x12\x16\n" +
 	"\x06object\x18\x02 \x01(\tR\x06object\"4\n" +

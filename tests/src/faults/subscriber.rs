@@ -232,6 +232,7 @@ async fn live(
             resource_version: resource_version.clone(),
             send_initial_events: snapshot,
             allow_bookmarks: b.bookmarks,
+            metadata_only: false,
         };
         life.entries.push(Entry::Connect {
             at: Instant::now(),

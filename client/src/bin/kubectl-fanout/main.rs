@@ -17,7 +17,7 @@ use anyhow::{Context, Result, anyhow};
 use clap::{Args, Parser, Subcommand};
 use futures::StreamExt;
 use kube_fanout_client::{
-    Certificate, Client, ClientConfig, ClientError, ClientTlsConfig,
+    Certificate, Client, ClientConfig, ClientError, ClientTlsConfig, CompressionEncoding,
     proto::{EventType, GetRequest, ResourceStatus, WatchRequest},
     watcher::{ends_initial_events, ends_resync},
 };
@@ -83,8 +83,26 @@ struct Cli {
     /// Name to verify the server's certificate against.
     #[arg(long, global = true)]
     tls_server_name: Option<String>,
+    /// Ask the server to compress what it sends (a large list over a slow
+    /// link moves fewer bytes, at some CPU on both ends).
+    #[arg(
+        long,
+        env = "KUBE_FANOUT_COMPRESSION",
+        global = true,
+        value_enum,
+        default_value_t = Compression::None
+    )]
+    compression: Compression,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The gRPC message compression `--compression` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Compression {
+    None,
+    Gzip,
+    Zstd,
 }
 
 #[derive(Debug, Subcommand)]
@@ -290,6 +308,11 @@ async fn connect(cli: &Cli) -> Result<Client> {
     } else if let Some(path) = &credentials.token_file {
         config = config.bearer_token_file(path);
     }
+    config = match cli.compression {
+        Compression::None => config,
+        Compression::Gzip => config.accept_compressed(CompressionEncoding::Gzip),
+        Compression::Zstd => config.accept_compressed(CompressionEncoding::Zstd),
+    };
     let client = config.connect().await.map_err(|e| {
         anyhow!(e).context("is kube-fanout running there? Set --server or KUBE_FANOUT_SERVER")
     })?;
@@ -354,6 +377,7 @@ async fn run(cli: Cli) -> Result<()> {
                     resource: served.resource.clone(),
                     namespace,
                     name,
+                    metadata_only: false,
                 })
                 .await?;
             let object: Value = serde_json::from_str(&object.object)?;
