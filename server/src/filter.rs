@@ -56,6 +56,15 @@ enum Field {
     Namespace,
 }
 
+impl Field {
+    fn path(self) -> &'static str {
+        match self {
+            Field::Name => "metadata.name",
+            Field::Namespace => "metadata.namespace",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldRequirement {
     field: Field,
@@ -89,6 +98,21 @@ impl Filter {
                 reason,
             })?,
         })
+    }
+
+    /// The exact values the filter requires, as (field path, value): every
+    /// object it matches has them (dispatch indexes subscribers by them).
+    pub fn pinned(&self) -> impl Iterator<Item = (&'static str, &str)> + Clone {
+        let namespace = self
+            .namespace
+            .iter()
+            .map(|ns| (Field::Namespace.path(), ns.as_str()));
+        let fields = self
+            .fields
+            .iter()
+            .filter(|r| r.equal)
+            .map(|r| (r.field.path(), r.value.as_str()));
+        namespace.chain(fields)
     }
 
     /// Whether `object` passes every part of the filter.
