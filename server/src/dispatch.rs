@@ -322,11 +322,6 @@ impl Interest {
             None => std::future::pending().await,
         }
     }
-
-    /// The registry it belongs to.
-    pub fn dispatch(&self) -> &Dispatch {
-        &self.dispatch
-    }
 }
 
 impl Drop for Interest {
