@@ -346,7 +346,7 @@ impl Drop for Interest {
 mod tests {
     use std::{sync::atomic::Ordering::Relaxed, time::Duration};
 
-    use futures::{Stream, StreamExt};
+    use futures::StreamExt;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -354,7 +354,11 @@ mod tests {
         filter::Filter,
         object::{ResourceVersion, Transform, TypeMeta},
         store::{EventKind, Store, tests::configmaps},
-        subscription::{Delivery, Limits, Start, WatchError, WatchSpec, watch},
+        subscription::{
+            Limits, Start, WatchSpec,
+            tests::{deliveries as ready, stream_of},
+            watch,
+        },
     };
 
     /// A ConfigMap `ns/name` at `rv`.
@@ -378,23 +382,6 @@ mod tests {
         }
     }
 
-    /// (kind, name, RV, resync) of what a stream has ready.
-    async fn ready(
-        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
-    ) -> Vec<Result<(EventKind, String, u64, bool), WatchError>> {
-        let mut out = Vec::new();
-        while let Ok(Some(item)) =
-            tokio::time::timeout(Duration::from_millis(50), stream.next()).await
-        {
-            out.push(item.map(|d| {
-                let value: serde_json::Value = serde_json::from_str(&d.object).unwrap();
-                let name = value["metadata"]["name"].as_str().unwrap_or("").to_owned();
-                (d.kind, name, d.resource_version.0, d.resync)
-            }));
-        }
-        out
-    }
-
     fn counts(store: &Store) -> (u64, u64) {
         (store.dispatch().status().wakeups, store.reads.load(Relaxed))
     }
@@ -405,12 +392,11 @@ mod tests {
         // 10,000 events passed would have fallen off it.
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(Vec::new(), ResourceVersion(1));
-        let mut stream = Box::pin(watch(
-            store.clone(),
+        let mut stream = stream_of(
+            &store,
             spec("a", Start::At(ResourceVersion(1)), true),
             Limits::default(),
-            CancellationToken::new(),
-        ));
+        );
         assert!(ready(&mut stream).await.is_empty());
         assert_eq!(store.dispatch().status().indexed, 1);
         let before = counts(&store);
@@ -434,7 +420,7 @@ mod tests {
         tokio::time::advance(Limits::default().progress_interval).await;
         assert_eq!(
             ready(&mut stream).await,
-            [Ok((EventKind::Bookmark, String::new(), last_b, false))]
+            [Ok((EventKind::Bookmark, last_b, false, String::new()))]
         );
         assert_eq!(counts(&store).1, before.1, "no ring read for the bookmark");
 
@@ -446,7 +432,7 @@ mod tests {
             store.apply(kind, cm("a", "mine", rv));
             assert_eq!(
                 ready(&mut stream).await,
-                [Ok((kind, "mine".to_owned(), rv, false))]
+                [Ok((kind, rv, false, "mine".to_owned()))]
             );
         }
         let (woken, read) = (counts(&store).0 - wakeups, counts(&store).1 - reads);
@@ -463,12 +449,11 @@ mod tests {
         store.replace(vec![cm("b", "x", 2)], ResourceVersion(2));
         let mut streams: Vec<_> = [true, false]
             .map(|bookmarks| {
-                Box::pin(watch(
-                    store.clone(),
+                stream_of(
+                    &store,
                     spec("a", Start::At(ResourceVersion(2)), bookmarks),
                     Limits::default(),
-                    CancellationToken::new(),
-                ))
+                )
             })
             .into();
         for stream in &mut streams {
@@ -479,7 +464,7 @@ mod tests {
         for stream in &mut streams {
             assert_eq!(
                 ready(stream).await,
-                [Ok((EventKind::Bookmark, String::new(), 7, true))]
+                [Ok((EventKind::Bookmark, 7, true, String::new()))]
             );
         }
         // A unit that concerns it arrives whole.
@@ -487,8 +472,8 @@ mod tests {
         assert_eq!(
             ready(&mut streams[1]).await,
             [
-                Ok((EventKind::Added, "z".into(), 9, true)),
-                Ok((EventKind::Bookmark, String::new(), 9, true)),
+                Ok((EventKind::Added, 9, true, "z".into())),
+                Ok((EventKind::Bookmark, 9, true, String::new())),
             ]
         );
     }

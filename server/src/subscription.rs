@@ -710,7 +710,7 @@ fn bookmark(store: &Store, rv: ResourceVersion, marker: Marker) -> Delivery {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use futures::StreamExt;
 
     use super::*;
@@ -968,7 +968,7 @@ mod tests {
     }
 
     /// (kind, RV, resync, name) of what a stream has ready.
-    async fn deliveries(
+    pub(crate) async fn deliveries(
         stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
     ) -> Vec<Result<(EventKind, u64, bool, String), WatchError>> {
         let mut out = Vec::new();
@@ -984,7 +984,7 @@ mod tests {
         out
     }
 
-    fn stream_of(
+    pub(crate) fn stream_of(
         store: &Arc<Store>,
         spec: WatchSpec,
         limits: Limits,
