@@ -501,9 +501,11 @@ async fn follow(
                     // A quiet indexed subscriber catches up with the head
                     // here, without reading the ring (it is not catching up
                     // while it waits; see `crate::dispatch`).
-                    let now = *head.borrow_and_update();
-                    if indexed && !live.interest.is_marked() {
-                        live.skip_to(&now);
+                    if indexed {
+                        let now = *head.borrow();
+                        if !live.interest.is_marked() {
+                            live.skip_to(&now);
+                        }
                     }
                     live.last_sent = Instant::now();
                     let deadline = live.last_sent + limits.progress_interval;
