@@ -24,6 +24,8 @@
 //! latency of attached subscribers while the store relists a large list,
 //! against the same feed without the relist.
 
+mod dispatch;
+
 use std::{
     io::{BufRead, Write},
     net::SocketAddr,
@@ -103,6 +105,8 @@ enum Command {
     /// relists (`Store::replace`) a large list, against the same feed
     /// without a relist.
     Relist(RelistArgs),
+    /// CPU per event with N namespace-scoped subscribers, indexed or not.
+    Dispatch(dispatch::DispatchArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -175,6 +179,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Serve { mode }) => serve(mode),
         Some(Command::Relist(args)) => tokio::runtime::Runtime::new()?.block_on(relist(args)),
+        Some(Command::Dispatch(args)) => {
+            tokio::runtime::Runtime::new()?.block_on(dispatch::dispatch(args))
+        }
         None => {
             let (mut naive, mut fanout) = (Vec::new(), Vec::new());
             for _ in 0..cli.run.repeat.max(1) {

@@ -192,6 +192,17 @@ impl SelectableFields {
         }
     }
 
+    /// The canonical path `source` reads (`metadata.name`, or one of the
+    /// type's own fields); `None` for a label that is never set.
+    pub fn path(&self, source: Source) -> Option<&str> {
+        match source {
+            Source::Name => Some("metadata.name"),
+            Source::Namespace => Some("metadata.namespace"),
+            Source::Field(i) => self.fields().get(i).copied(),
+            Source::Unset => None,
+        }
+    }
+
     /// Every label a field selector may name for this type.
     pub fn labels(&self) -> Vec<&str> {
         match &self.0 {

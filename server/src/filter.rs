@@ -58,6 +58,8 @@ impl LabelRequirement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldRequirement {
     source: Source,
+    /// The field's canonical path (`spec.nodeName` for `spec.host`).
+    path: String,
     value: String,
     equal: bool,
 }
@@ -96,6 +98,21 @@ impl Filter {
                 reason,
             })?,
         })
+    }
+
+    /// The exact values the filter requires, as (field path, value): every
+    /// object it matches has them (dispatch indexes subscribers by them).
+    pub fn pinned(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+        let namespace = self
+            .namespace
+            .iter()
+            .map(|ns| ("metadata.namespace", ns.as_str()));
+        let fields = self
+            .fields
+            .iter()
+            .filter(|r| r.equal)
+            .map(|r| (r.path.as_str(), r.value.as_str()));
+        namespace.chain(fields)
     }
 
     /// Whether `object` passes every part of the filter.
@@ -250,8 +267,10 @@ fn parse_fields(
     parsed
         .into_iter()
         .map(|(label, equal, value)| {
+            let source = fields.resolve(label)?;
             Ok(FieldRequirement {
-                source: fields.resolve(label)?,
+                source,
+                path: fields.path(source).unwrap_or(label).to_owned(),
                 value,
                 equal,
             })

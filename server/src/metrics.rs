@@ -47,6 +47,24 @@ const FAMILIES: &[Family] = &[
         value: |served, _, _| served.subscribers(),
     },
     Family {
+        name: "kube_fanout_indexed_subscribers",
+        help: "Live Watch streams registered under an indexed field value: woken only by events with that value.",
+        kind: MetricType::Gauge,
+        value: |served, _, _| served.store.dispatch().status().indexed,
+    },
+    Family {
+        name: "kube_fanout_unindexed_subscribers",
+        help: "Live Watch streams offered every event (their filter pins no indexed field).",
+        kind: MetricType::Gauge,
+        value: |served, _, _| served.store.dispatch().status().unindexed,
+    },
+    Family {
+        name: "kube_fanout_subscriber_wakeups",
+        help: "Times a live Watch stream was woken to look for events; over kube_fanout_events, wake-ups per event.",
+        kind: MetricType::Counter,
+        value: |served, _, _| served.store.dispatch().status().wakeups,
+    },
+    Family {
         name: "kube_fanout_synced",
         help: "1 once the first list or watch-list has been applied.",
         kind: MetricType::Gauge,
@@ -209,6 +227,7 @@ mod tests {
 
     use super::*;
     use crate::{
+        filter::Filter,
         object::ResourceVersion,
         store::{
             EventKind, Store,
@@ -242,6 +261,14 @@ mod tests {
         subscriber.ended(&crate::subscription::WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });
+        let dispatch = served.store.dispatch();
+        let _indexed = dispatch.register(
+            Filter::new("ns", "", "", &crate::fields::SelectableFields::default())
+                .unwrap()
+                .pinned(),
+        );
+        let _unindexed = dispatch.register(Filter::default().pinned());
+        dispatch.woken();
         let text = render(&registry(Arc::new(cache))).unwrap();
         let history_line =
             format!(r#"kube_fanout_history_bytes{{resource="v1/configmaps"}} {history}"#);
@@ -249,6 +276,9 @@ mod tests {
             r#"kube_fanout_objects{resource="v1/configmaps"} 3"#,
             r#"kube_fanout_subscribers{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_synced{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_indexed_subscribers{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_unindexed_subscribers{resource="v1/configmaps"} 1"#,
+            r#"kube_fanout_subscriber_wakeups_total{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_resource_version{resource="v1/configmaps"} 6"#,
             r#"kube_fanout_events_total{resource="v1/configmaps"} 3"#,
             r#"kube_fanout_relists_total{resource="v1/configmaps"} 1"#,

@@ -14,6 +14,11 @@
 //! after releasing it. Publishing after the lock is safe because there is
 //! one writer: heads are sent in the order the ring reached them.
 //!
+//! Between the two, the writer marks the indexed subscribers the new
+//! events concern ([`crate::dispatch`]): marks precede the head that
+//! includes their events, so a subscriber that sees a head and no mark
+//! knows nothing up to that head concerns it.
+//!
 //! Lock order: the ring's mutex, then a map shard. Readers walk the map
 //! without the mutex and take the mutex only once the walk is done.
 //!
@@ -66,6 +71,7 @@ use parking_lot::Mutex;
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
+    dispatch::Dispatch,
     object::{Object, ResourceVersion},
     resource::ResourceType,
 };
@@ -284,7 +290,11 @@ pub struct Store {
     objects: DashMap<String, Arc<Object>>,
     ring: Mutex<Ring>,
     head: watch::Sender<Head>,
+    dispatch: Arc<Dispatch>,
     limits: HistoryLimits,
+    /// Ring reads, so tests prove a subscriber did not read.
+    #[cfg(test)]
+    pub(crate) reads: std::sync::atomic::AtomicU64,
     /// Which snapshot paths ran, so the racing tests prove they were taken.
     #[cfg(test)]
     paths: tests::SnapshotPaths,
@@ -348,7 +358,6 @@ impl Store {
             ..limits
         };
         Store {
-            resource,
             objects: DashMap::new(),
             ring: Mutex::new(Ring {
                 events: VecDeque::with_capacity(limits.events.min(4096)),
@@ -361,7 +370,11 @@ impl Store {
                 open_unit: None,
             }),
             head: watch::Sender::new(Head::default()),
+            dispatch: Arc::new(Dispatch::new(&resource)),
             limits,
+            resource,
+            #[cfg(test)]
+            reads: Default::default(),
             #[cfg(test)]
             paths: Default::default(),
         }
@@ -375,7 +388,7 @@ impl Store {
     /// Applies one watch event from the API server.
     pub fn apply(&self, kind: EventKind, object: Object) {
         let object = Arc::new(object);
-        let head = {
+        let (event, head) = {
             let mut ring = self.ring.lock();
             let previous = match kind {
                 EventKind::Deleted => self.objects.remove(&object.key).map(|(_, o)| o),
@@ -383,24 +396,24 @@ impl Store {
             };
             let rv = object.resource_version.max(ring.resource_version);
             ring.resource_version = rv;
-            self.push(&mut ring, kind, rv, Some(object), previous, false);
-            ring.head()
+            let event = self.push(&mut ring, kind, rv, Some(object), previous, false);
+            (event, ring.head())
         };
-        self.head.send_replace(head);
+        self.publish(&[event], head);
     }
 
     /// Moves the store to `rv` without changing an object.
     pub fn bookmark(&self, rv: ResourceVersion) {
-        let head = {
+        let (event, head) = {
             let mut ring = self.ring.lock();
             if rv <= ring.resource_version {
                 return;
             }
             ring.resource_version = rv;
-            self.push(&mut ring, EventKind::Bookmark, rv, None, None, false);
-            ring.head()
+            let event = self.push(&mut ring, EventKind::Bookmark, rv, None, None, false);
+            (event, ring.head())
         };
-        self.head.send_replace(head);
+        self.publish(&[event], head);
     }
 
     /// Replaces the contents with the result of a LIST at `rv`.
@@ -475,16 +488,17 @@ impl Store {
             // An empty unit: nothing differs, but the history between S and
             // L is still lost, and subscribers are told so.
             ring.resource_version = rv;
-            self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
+            let close = self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
             let head = ring.head();
             drop(ring);
-            self.head.send_replace(head);
+            self.publish(&[close], head);
             return;
         }
         ring.open_unit = Some(OpenUnit {
             first_seq: ring.seq + 1,
         });
         let mut changes = changes.into_iter().peekable();
+        let mut chunk = Vec::with_capacity(UNIT_CHUNK.min(changes.len()));
         while changes.peek().is_some() {
             for (kind, object, previous) in changes.by_ref().take(UNIT_CHUNK) {
                 if kind == EventKind::Deleted {
@@ -492,22 +506,32 @@ impl Store {
                 } else {
                     self.objects.insert(object.key.clone(), object.clone());
                 }
-                self.push(&mut ring, kind, rv, Some(object), previous, true);
+                chunk.push(self.push(&mut ring, kind, rv, Some(object), previous, true));
             }
             // Let readers and the head move on between chunks; the head
             // still says `before`, so nobody is told `rv` yet.
             let head = ring.head();
             drop(ring);
-            self.head.send_replace(head);
+            self.publish(&chunk, head);
+            chunk.clear();
             ring = self.ring.lock();
         }
         ring.resource_version = rv;
-        self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
+        let close = self.push(&mut ring, EventKind::Bookmark, rv, None, None, true);
         ring.open_unit = None;
         // Evictions held back while the unit was open catch up now.
         self.evict(&mut ring, Instant::now());
         let head = ring.head();
         drop(ring);
+        self.publish(&[close], head);
+    }
+
+    /// Makes `events`, just appended, known to subscribers: marks the
+    /// indexed ones they concern, then publishes `head`, which includes
+    /// them. Called after the ring's mutex is released; the order of the
+    /// two is what lets an indexed subscriber skip (see `crate::dispatch`).
+    fn publish(&self, events: &[Arc<Event>], head: Head) {
+        self.dispatch.mark(events);
         self.head.send_replace(head);
     }
 
@@ -519,11 +543,11 @@ impl Store {
         object: Option<Arc<Object>>,
         previous: Option<Arc<Object>>,
         resync: bool,
-    ) {
+    ) -> Arc<Event> {
         ring.seq += 1;
         ring.bytes += object.as_ref().map_or(0, |o| o.json.len() as u64);
         let now = Instant::now();
-        ring.events.push_back(Arc::new(Event {
+        let event = Arc::new(Event {
             seq: ring.seq,
             kind,
             resource_version: rv,
@@ -533,8 +557,10 @@ impl Store {
             bytes_through: ring.bytes,
             at: now,
             encoded: Default::default(),
-        }));
+        });
+        ring.events.push_back(event.clone());
         self.evict(ring, now);
+        event
     }
 
     /// Drops the oldest events past the history limits. The newest event
@@ -561,6 +587,11 @@ impl Store {
                 ring.gaps.pop_front();
             }
         }
+    }
+
+    /// The registry of indexed subscribers the writer marks.
+    pub fn dispatch(&self) -> &Arc<Dispatch> {
+        &self.dispatch
     }
 
     /// A receiver that sees every move of the head.
@@ -671,6 +702,9 @@ impl Store {
     /// with the oldest resumable resourceVersion when the ring has already
     /// dropped some of them.
     pub fn read_after(&self, cursor: u64, max: usize) -> Result<Vec<Arc<Event>>, ResourceVersion> {
+        #[cfg(test)]
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ring = self.ring.lock();
         let oldest = ring.oldest_seq();
         if cursor + 1 < oldest {

@@ -16,6 +16,11 @@
 //!   and only since this stream started, so a resume from any resourceVersion
 //!   the store still holds makes progress, and a cut-off names the last
 //!   point it reached.
+//!
+//! A live subscriber whose filter pins an indexed value is woken only by
+//! the events that concern it, and otherwise moves its cursor to the head
+//! without reading the ring ([`crate::dispatch`] has the proof); the others
+//! are woken by every move of the head.
 
 use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
@@ -28,6 +33,7 @@ use tokio::{
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::{
+    dispatch::Interest,
     filter::Filter,
     object::{Object, ObjectError, ResourceVersion, with_resource_version},
     projection::Projection,
@@ -266,6 +272,11 @@ struct Live {
     /// deadline, so sending an event costs no timer operation.
     progress: Pin<Box<Sleep>>,
     lag: LagBound,
+    /// How the subscriber learns that events concern it.
+    interest: Interest,
+    /// Indexed, it took a mark and reads the ring until it is empty before
+    /// it may take another or skip (see `crate::dispatch`).
+    catching_up: bool,
 }
 
 /// The lag bound's bookkeeping (see [`Limits::max_lag_events`]).
@@ -283,6 +294,8 @@ struct LagBound {
 enum Wake {
     /// The store's head moved, or the store is gone.
     Changed { store_gone: bool },
+    /// An event concerning this indexed subscriber was appended.
+    Marked,
     /// The server is shutting down.
     Stop,
     /// The progress-bookmark timer fired (perhaps early; see its re-arming).
@@ -445,6 +458,10 @@ impl Subscription {
                 recheck_seq: 0,
                 recheck_bytes: 0,
             },
+            // Registered after the start position is fixed, and followed
+            // by a catch-up read from it: see `crate::dispatch`.
+            interest: self.store.dispatch().register(self.spec.filter.pinned()),
+            catching_up: true,
         }))
     }
 }
@@ -480,32 +497,60 @@ async fn follow(
         let lagged = WatchError::Lagged {
             resume_from: live.resume_from,
         };
-        if live
-            .lag
-            .exceeded(store, spec, limits, &now, live.cursor, live.cursor_bytes)
+        let indexed = live.interest.is_indexed();
+        // Where to read from: the cursor, or (indexed) the event before the
+        // first that concerns this subscriber.
+        let mut from = live.cursor;
+        if indexed && !live.catching_up {
+            match live.interest.take() {
+                0 => live.skip_to(&now),
+                first => {
+                    live.catching_up = true;
+                    from = from.max(first - 1);
+                }
+            }
+        }
+        // After a skip the cursor's bytes are not known until the read: the
+        // bound is checked again before the next one.
+        if from == live.cursor
+            && live
+                .lag
+                .exceeded(store, spec, limits, &now, live.cursor, live.cursor_bytes)
         {
             return Err(lagged);
         }
-        match store.read_after(live.cursor, BATCH) {
-            Err(_) => return Err(lagged),
-            Ok(events) if !events.is_empty() => {
-                live.pending = events.into();
-                continue;
+        if !indexed || live.catching_up {
+            match store.read_after(from, BATCH) {
+                Err(_) => return Err(lagged),
+                Ok(events) if !events.is_empty() => {
+                    live.pending = events.into();
+                    continue;
+                }
+                Ok(_) => live.catching_up = false,
             }
-            Ok(_) => {}
         }
         let wake = tokio::select! {
-            changed = head.changed() => Wake::Changed { store_gone: changed.is_err() },
+            changed = head.changed(), if !indexed => Wake::Changed { store_gone: changed.is_err() },
+            () = live.interest.marked() => Wake::Marked,
             () = cancelled.as_mut() => Wake::Stop,
             () = live.progress.as_mut() => Wake::Progress,
         };
         match wake {
             // A store gone away goes with the server: a shutdown too.
             Wake::Changed { store_gone: true } | Wake::Stop => return Err(shutting_down),
-            Wake::Changed { store_gone: false } => {}
+            Wake::Changed { store_gone: false } | Wake::Marked => store.dispatch().woken(),
             Wake::Progress => {
                 let due = live.last_sent + limits.progress_interval;
                 if Instant::now() >= due {
+                    // A quiet indexed subscriber catches up with the head
+                    // here, without reading the ring (it is not catching up
+                    // while it waits; see `crate::dispatch`).
+                    if indexed {
+                        let now = *head.borrow();
+                        if !live.interest.is_marked() {
+                            live.skip_to(&now);
+                        }
+                    }
                     live.last_sent = Instant::now();
                     let deadline = live.last_sent + limits.progress_interval;
                     live.progress.as_mut().reset(deadline);
@@ -523,6 +568,16 @@ async fn follow(
 }
 
 impl Live {
+    /// Moves an indexed subscriber's cursor to `head` when nothing up to it
+    /// concerns the subscriber (see `crate::dispatch`).
+    fn skip_to(&mut self, head: &Head) {
+        if head.seq > self.cursor {
+            self.cursor = head.seq;
+            self.cursor_bytes = head.bytes;
+            self.read_rv = self.read_rv.max(head.resource_version);
+        }
+    }
+
     /// What `event` becomes for this subscriber, keeping track of units and
     /// of the resume point.
     fn handle(&mut self, store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
@@ -717,7 +772,7 @@ fn bookmark(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use futures::StreamExt;
 
     use super::*;
@@ -1011,7 +1066,7 @@ mod tests {
     }
 
     /// (kind, RV, resync, name) of what a stream has ready.
-    async fn deliveries(
+    pub(crate) async fn deliveries(
         stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
     ) -> Vec<Result<(EventKind, u64, bool, String), WatchError>> {
         let mut out = Vec::new();
@@ -1027,7 +1082,7 @@ mod tests {
         out
     }
 
-    fn stream_of(
+    pub(crate) fn stream_of(
         store: &Arc<Store>,
         spec: WatchSpec,
         limits: Limits,

@@ -1,0 +1,678 @@
+//! Dispatch by index: which subscribers an event can concern, so that one
+//! that receives nothing costs nothing per event (no wake-up, no lock, no
+//! filter evaluation).
+//!
+//! A live subscriber whose filter pins an exact value of an indexed field
+//! (`metadata.name`, a pod's `spec.nodeName`, `metadata.namespace`; see
+//! [`IndexedField`]) registers one [`Interest`] under that (field, value).
+//! Every object its filter matches has that value, so an event can only
+//! concern it if its object or its previous object has it. Other
+//! subscribers stay unindexed and wait on the store's head, as before.
+//!
+//! # The mark, and why it is enough
+//!
+//! An interest holds a **mark**: 0, or the sequence number of the earliest
+//! event that touched it since its subscriber last took the mark. The store's
+//! writer, for each event it appends, after releasing the ring's mutex and
+//! **before** publishing the head that includes the event, sets the mark of
+//! every interest registered under the event's old and new index values
+//! (if the mark is 0) and wakes its subscriber. An event without an object
+//! (a bookmark, and the bookmark closing a re-sync unit, which every
+//! subscriber must get) marks every interest. Marks are set in sequence
+//! order: there is one writer.
+//!
+//! The subscriber, with its cursor `c`, reads the head `H`, then takes the
+//! mark (swaps it with 0):
+//!
+//! - **0**: no event in `(c, H]` concerns it, so it moves its cursor to `H`
+//!   without reading the ring. Proof sketch: an event `s <= H` touching it
+//!   was marked before head `s` was published, which happened before the
+//!   subscriber read `H` (the head is a lock: release, then acquire), so the
+//!   take sees that mark or a later state. A 0 there means an earlier take
+//!   consumed it, and after every take that returns a mark the subscriber
+//!   reads the ring until it is empty (below); the mark was set after the
+//!   event was appended, so that read reached `s`. Hence every such `s` is
+//!   at or before the cursor already.
+//! - **`m`**: it reads the ring from `max(c, m - 1)` until the ring has
+//!   nothing more (it is "catching up"; no mark is taken meanwhile). The
+//!   events in `(c, m - 1)` concern it neither: an unconsumed touching event
+//!   before `m` would have set the mark first (marks are set in order and
+//!   only when 0), and a consumed one was read by an earlier catch-up.
+//!
+//! So a quiet subscriber's cursor follows the head whenever it looks (at
+//! its progress tick, say) without reading the ring, and never falls off
+//! the ring's tail for events it was not owed.
+//!
+//! # Registration races
+//!
+//! An interest is registered when its subscriber turns live, after its
+//! starting position `p` is fixed, and its first step is a catch-up read
+//! from `p`. An event `s` is marked with the index's read lock held, and a
+//! registration takes the write lock: if the marking came first, `s` was
+//! appended before the registration and so before the catch-up read, which
+//! reads it; otherwise the marking sees the interest. (The writer's
+//! "nothing registered" shortcut reads a counter that the registration
+//! bumps before that read; the ring's mutex orders the two the same way.)
+//!
+//! # Cost
+//!
+//! Per event: one read lock on the index and a hash lookup per indexed
+//! field and value (a pod's node name is one of the field values taken
+//! when the object entered the store), plus one atomic and one wake-up per
+//! interest it touches. Bookmarks mark every interest; they are rare.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use parking_lot::RwLock;
+use tokio::sync::Notify;
+
+#[cfg(doc)]
+use crate::filter::Filter;
+use crate::{fields::Source, object::Object, resource::ResourceType, store::Event};
+
+/// A field subscribers can be indexed by, most selective first: a
+/// subscriber pinning several is registered under the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexedField {
+    /// `metadata.name`.
+    Name,
+    /// A pod's `spec.nodeName`.
+    NodeName,
+    /// `metadata.namespace`.
+    Namespace,
+}
+
+impl IndexedField {
+    const ALL: [IndexedField; 3] = [
+        IndexedField::Name,
+        IndexedField::NodeName,
+        IndexedField::Namespace,
+    ];
+
+    /// The field's path, as field selectors name it.
+    pub fn path(self) -> &'static str {
+        match self {
+            IndexedField::Name => "metadata.name",
+            IndexedField::NodeName => "spec.nodeName",
+            IndexedField::Namespace => "metadata.namespace",
+        }
+    }
+}
+
+/// The value `object` has for `field`, or `None` if its type has no such
+/// field. `node_name`: where the type's `spec.nodeName` is read from (pods).
+///
+/// Values are the filter's own ([`Object::field`]): an unset node name is
+/// "", so a subscriber asking for `spec.nodeName=` (unscheduled pods) is
+/// indexed under "" and marked by exactly the events it may see.
+pub fn index_value(
+    field: IndexedField,
+    object: &Object,
+    node_name: Option<Source>,
+) -> Option<&str> {
+    match field {
+        IndexedField::Name => Some(&object.name),
+        IndexedField::Namespace => Some(&object.namespace),
+        IndexedField::NodeName => node_name.map(|source| object.field(source)),
+    }
+}
+
+/// What an interest's subscriber is woken by (see the module docs).
+#[derive(Debug, Default)]
+struct Mark {
+    /// 0, or the earliest unread sequence number that touched the interest.
+    first: AtomicU64,
+    wake: Notify,
+}
+
+impl Mark {
+    /// Marks `seq` unless an earlier mark is still unread; wakes the
+    /// subscriber when the mark was 0.
+    fn set(&self, seq: u64) {
+        if self
+            .first
+            .compare_exchange(0, seq, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// The registered interests of one store, by field and value.
+#[derive(Debug, Default)]
+struct Index {
+    by_field: [HashMap<String, Vec<Arc<Mark>>>; IndexedField::ALL.len()],
+}
+
+/// The registry of interests of one store, and its counters.
+#[derive(Debug)]
+pub struct Dispatch {
+    index: RwLock<Index>,
+    /// Registered interests: the writer skips the index while there are none.
+    indexed: AtomicUsize,
+    /// Live subscribers that follow the head instead.
+    unindexed: AtomicU64,
+    /// Times a live subscriber was woken to look for events.
+    wakeups: AtomicU64,
+    /// Where the type's `spec.nodeName` is read from, if it has one (pods).
+    node_name: Option<Source>,
+}
+
+/// The dispatch counters an operator graphs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DispatchStatus {
+    /// Live subscribers registered under an indexed value.
+    pub indexed: u64,
+    /// Live subscribers that are offered every event.
+    pub unindexed: u64,
+    /// Times a live subscriber was woken to look for events.
+    pub wakeups: u64,
+}
+
+impl Dispatch {
+    /// An empty registry for a store of `resource`.
+    pub fn new(resource: &ResourceType) -> Self {
+        Dispatch {
+            index: RwLock::default(),
+            indexed: AtomicUsize::new(0),
+            unindexed: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            node_name: resource
+                .fields
+                .resolve(IndexedField::NodeName.path())
+                .ok()
+                .filter(|source| matches!(source, Source::Field(_))),
+        }
+    }
+
+    /// Registers a live subscriber whose filter requires the exact values
+    /// `pinned` (field path, value; see [`Filter::pinned`]): under the
+    /// first indexed field among them, or unindexed. The registration
+    /// lasts as long as the returned interest.
+    pub fn register<'p, 'v>(
+        self: &Arc<Self>,
+        pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
+    ) -> Interest {
+        let pinned = IndexedField::ALL.into_iter().find_map(|field| {
+            let usable = field != IndexedField::NodeName || self.node_name.is_some();
+            let (_, value) = pinned.clone().find(|(path, _)| *path == field.path())?;
+            usable.then(|| (field, value.to_owned()))
+        });
+        let slot = pinned.map(|(field, value)| {
+            let mark = Arc::new(Mark::default());
+            let mut index = self.index.write();
+            self.indexed.fetch_add(1, Ordering::AcqRel);
+            index.by_field[field as usize]
+                .entry(value.clone())
+                .or_default()
+                .push(mark.clone());
+            (field, value, mark)
+        });
+        if slot.is_none() {
+            self.unindexed.fetch_add(1, Ordering::Relaxed);
+        }
+        Interest {
+            dispatch: self.clone(),
+            slot,
+        }
+    }
+
+    /// Marks the interests `events` touch. The store's writer calls this
+    /// after appending them and releasing the ring's mutex, and before it
+    /// publishes a head that includes them (see the module docs).
+    pub(crate) fn mark(&self, events: &[Arc<Event>]) {
+        if self.indexed.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let index = self.index.read();
+        for event in events {
+            let Some(object) = &event.object else {
+                // A bookmark, or a unit's close, is for everyone.
+                for marks in index.by_field.iter().flat_map(HashMap::values) {
+                    marks.iter().for_each(|m| m.set(event.seq));
+                }
+                continue;
+            };
+            for field in IndexedField::ALL {
+                let by_value = &index.by_field[field as usize];
+                if by_value.is_empty() {
+                    continue;
+                }
+                let new = index_value(field, object, self.node_name);
+                let old = event
+                    .previous
+                    .as_deref()
+                    .and_then(|p| index_value(field, p, self.node_name));
+                let touched = new.iter().chain(old.iter().filter(|o| new != Some(**o)));
+                for value in touched {
+                    if let Some(marks) = by_value.get(*value) {
+                        marks.iter().for_each(|m| m.set(event.seq));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a live subscriber's wake-up.
+    pub(crate) fn woken(&self) {
+        self.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters.
+    pub fn status(&self) -> DispatchStatus {
+        DispatchStatus {
+            indexed: self.indexed.load(Ordering::Relaxed) as u64,
+            unindexed: self.unindexed.load(Ordering::Relaxed),
+            wakeups: self.wakeups.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A live subscriber's registration: indexed under one value, or not.
+/// Dropping it deregisters.
+#[derive(Debug)]
+pub struct Interest {
+    dispatch: Arc<Dispatch>,
+    slot: Option<(IndexedField, String, Arc<Mark>)>,
+}
+
+impl Interest {
+    /// Whether the subscriber is indexed (and so follows its mark, not the
+    /// head).
+    pub fn is_indexed(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// The mark, reset to 0: 0, or the earliest event since the last take
+    /// that touched this interest. Unindexed: always 0.
+    pub fn take(&self) -> u64 {
+        self.slot
+            .as_ref()
+            .map_or(0, |(_, _, m)| m.first.swap(0, Ordering::AcqRel))
+    }
+
+    /// Whether a mark is waiting to be taken.
+    pub fn is_marked(&self) -> bool {
+        self.slot
+            .as_ref()
+            .is_some_and(|(_, _, m)| m.first.load(Ordering::Acquire) != 0)
+    }
+
+    /// Resolves once the interest is marked (at once if it was marked since
+    /// the last wait). Never, unindexed.
+    pub async fn marked(&self) {
+        match &self.slot {
+            Some((_, _, m)) => m.wake.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let Some((field, value, mark)) = self.slot.take() else {
+            self.dispatch.unindexed.fetch_sub(1, Ordering::Relaxed);
+            return;
+        };
+        let mut index = self.dispatch.index.write();
+        let by_value = &mut index.by_field[field as usize];
+        if let Some(marks) = by_value.get_mut(&value) {
+            marks.retain(|m| !Arc::ptr_eq(m, &mark));
+            if marks.is_empty() {
+                by_value.remove(&value);
+            }
+        }
+        self.dispatch.indexed.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::atomic::Ordering::Relaxed, time::Duration};
+
+    use futures::StreamExt;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::{
+        fields::SelectableFields,
+        filter::Filter,
+        object::{ResourceVersion, Transform, TypeMeta},
+        projection::Projection,
+        store::{EventKind, Store, tests::configmaps},
+        subscription::{
+            Limits, Start, WatchSpec,
+            tests::{deliveries as ready, stream_of},
+            watch,
+        },
+    };
+
+    /// A ConfigMap `ns/name` at `rv`.
+    fn cm(ns: &str, name: &str, rv: u64) -> Object {
+        let raw = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}}}}"#
+        );
+        let meta = TypeMeta {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        Object::from_json(
+            &raw,
+            &meta,
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap()
+    }
+
+    fn spec(namespace: &str, start: Start, allow_bookmarks: bool) -> WatchSpec {
+        WatchSpec {
+            filter: Filter::new(namespace, "", "", &SelectableFields::default()).unwrap(),
+            start,
+            send_initial_events: false,
+            allow_bookmarks,
+            projection: Projection::default(),
+        }
+    }
+
+    fn counts(store: &Store) -> (u64, u64) {
+        (store.dispatch().status().wakeups, store.reads.load(Relaxed))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_is_not_woken_by_other_namespaces_yet_gets_its_own_events_in_order() {
+        // A ring of 100: a subscriber whose cursor stayed behind while
+        // 10,000 events passed would have fallen off it.
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mut stream = stream_of(
+            &store,
+            spec("a", Start::At(ResourceVersion(1)), true),
+            Limits::default(),
+        );
+        assert!(ready(&mut stream).await.is_empty());
+        assert_eq!(store.dispatch().status().indexed, 1);
+        let before = counts(&store);
+        let mut rv = 1;
+        let mut other_namespace = |store: &Store| {
+            for i in 0..10_000 {
+                rv += 1;
+                store.apply(EventKind::Added, cm("b", &format!("b-{}", i % 50), rv));
+            }
+            rv
+        };
+        let last_b = other_namespace(&store);
+        assert!(ready(&mut stream).await.is_empty());
+        assert_eq!(
+            counts(&store),
+            before,
+            "10,000 events of namespace b: no wake-up, no ring read"
+        );
+
+        // Its progress tick moves it to the head without reading the ring.
+        tokio::time::advance(Limits::default().progress_interval).await;
+        assert_eq!(
+            ready(&mut stream).await,
+            [Ok((EventKind::Bookmark, last_b, false, String::new()))]
+        );
+        assert_eq!(counts(&store).1, before.1, "no ring read for the bookmark");
+
+        // Its own events, each after 10,000 of b's: every one, in order,
+        // from one wake-up per burst and a read or two.
+        let (wakeups, reads) = counts(&store);
+        for kind in [EventKind::Added, EventKind::Modified, EventKind::Deleted] {
+            let rv = other_namespace(&store) + 1;
+            store.apply(kind, cm("a", "mine", rv));
+            assert_eq!(
+                ready(&mut stream).await,
+                [Ok((kind, rv, false, "mine".to_owned()))]
+            );
+        }
+        let (woken, read) = (counts(&store).0 - wakeups, counts(&store).1 - reads);
+        assert!(
+            woken <= 3 && read <= 6,
+            "30,000 events, 3 for it: {woken} wake-ups and {read} ring reads"
+        );
+        assert_eq!(store.head().seq, 40_003);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_units_close_reaches_an_indexed_subscriber_even_with_bookmarks_off() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![cm("b", "x", 2)], ResourceVersion(2));
+        let mut streams: Vec<_> = [true, false]
+            .map(|bookmarks| {
+                stream_of(
+                    &store,
+                    spec("a", Start::At(ResourceVersion(2)), bookmarks),
+                    Limits::default(),
+                )
+            })
+            .into();
+        for stream in &mut streams {
+            assert!(ready(stream).await.is_empty());
+        }
+        // The relist's difference is all in namespace b.
+        store.replace(vec![cm("b", "x", 5), cm("b", "y", 6)], ResourceVersion(7));
+        for stream in &mut streams {
+            assert_eq!(
+                ready(stream).await,
+                [Ok((EventKind::Bookmark, 7, true, String::new()))]
+            );
+        }
+        // A unit that concerns it arrives whole.
+        store.replace(vec![cm("a", "z", 8)], ResourceVersion(9));
+        assert_eq!(
+            ready(&mut streams[1]).await,
+            [
+                Ok((EventKind::Added, 9, true, "z".into())),
+                Ok((EventKind::Bookmark, 9, true, String::new())),
+            ]
+        );
+    }
+
+    fn pods() -> ResourceType {
+        ResourceType {
+            gvr: "v1/pods".parse().unwrap(),
+            kind: "Pod".into(),
+            namespaced: true,
+            fields: SelectableFields::builtin("v1", "Pod").expect("pods have fields"),
+        }
+    }
+
+    fn pod(name: &str, rv: u64, node: Option<&str>) -> Object {
+        let spec = node.map_or(String::new(), |n| format!(r#""nodeName":"{n}""#));
+        let raw = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"containers":[{{"name":"c","image":"i"}}],{spec}}}}}"#
+        )
+        .replace(",}", "}");
+        let meta = TypeMeta {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+        };
+        Object::from_json(&raw, &meta, &pods().fields, Transform::default()).unwrap()
+    }
+
+    /// A pod that moves onto the node, or off it, concerns the node's
+    /// subscribers (by its new value, or its previous one): the filter
+    /// then turns the change into ADDED or DELETED.
+    #[test]
+    fn a_pod_moving_onto_or_off_a_node_marks_that_nodes_interest() {
+        let store = Store::new(pods(), 100);
+        store.replace(Vec::new(), ResourceVersion(1));
+        let node = store
+            .dispatch()
+            .register([("spec.nodeName", "n1")].into_iter());
+        let other = store
+            .dispatch()
+            .register([("spec.nodeName", "n2")].into_iter());
+        assert!(node.is_indexed());
+        let mut marks = Vec::new();
+        for (kind, at) in [
+            (EventKind::Added, None),
+            (EventKind::Modified, Some("n1")),
+            (EventKind::Modified, Some("n1")),
+            (EventKind::Modified, Some("n2")),
+            (EventKind::Modified, Some("n2")),
+            (EventKind::Deleted, Some("n2")),
+        ] {
+            let rv = store.head().resource_version.0 + 1;
+            store.apply(kind, pod("p", rv, at));
+            marks.push((node.take(), other.take()));
+        }
+        assert_eq!(
+            marks,
+            [
+                (0, 0), // unscheduled
+                (2, 0), // onto n1
+                (3, 0), // on n1
+                (4, 4), // off n1, onto n2
+                (0, 5),
+                (0, 6),
+            ]
+        );
+        // Only pods have a node name; elsewhere the field is not indexed.
+        let configmaps = Store::new(configmaps(), 10);
+        let by_node = configmaps
+            .dispatch()
+            .register([("spec.nodeName", "n1")].into_iter());
+        assert!(!by_node.is_indexed());
+        assert_eq!(configmaps.dispatch().status().unindexed, 1);
+        drop((node, other));
+        assert_eq!(store.dispatch().status().indexed, 0);
+    }
+
+    /// Through the real field selector: a node's subscriber is indexed by
+    /// its node and sees a pod arrive and leave as ADDED and DELETED; the
+    /// scheduler's `spec.nodeName=` (unscheduled pods) is indexed under ""
+    /// and sees the pod until it is bound.
+    #[tokio::test(start_paused = true)]
+    async fn node_and_unscheduled_subscribers_get_their_transitions_through_the_index() {
+        let store = Arc::new(Store::new(pods(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let selecting = |selector: &str| WatchSpec {
+            filter: Filter::new("", "", selector, &pods().fields).unwrap(),
+            ..spec("", Start::At(ResourceVersion(1)), false)
+        };
+        let mut node = stream_of(&store, selecting("spec.nodeName=n1"), Limits::default());
+        let mut unscheduled = stream_of(&store, selecting("spec.nodeName="), Limits::default());
+        assert!(ready(&mut node).await.is_empty() && ready(&mut unscheduled).await.is_empty());
+        assert_eq!(store.dispatch().status().indexed, 2);
+        store.apply(EventKind::Added, pod("p", 2, None));
+        store.apply(EventKind::Modified, pod("p", 3, Some("n1")));
+        store.apply(EventKind::Modified, pod("p", 4, Some("n2")));
+        let kinds = |seen: Vec<_>| -> Vec<(EventKind, u64)> {
+            seen.into_iter()
+                .map(|d: Result<(EventKind, u64, bool, String), _>| {
+                    let (kind, rv, _, _) = d.unwrap();
+                    (kind, rv)
+                })
+                .collect()
+        };
+        assert_eq!(
+            kinds(ready(&mut unscheduled).await),
+            [(EventKind::Added, 2), (EventKind::Deleted, 3)]
+        );
+        assert_eq!(
+            kinds(ready(&mut node).await),
+            [(EventKind::Added, 3), (EventKind::Deleted, 4)]
+        );
+    }
+
+    /// Subscribers register (and snapshot) while the writer runs, in two
+    /// namespaces: each gets exactly the changes of its namespace after
+    /// its snapshot, in ring order, none missed, none twice. Their progress
+    /// ticks come every millisecond, so they skip to the head often while
+    /// the writer is between its marks and its head.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registrations_racing_the_writer_miss_nothing() {
+        const EVENTS: u64 = 20_000;
+        let store = Arc::new(Store::new(configmaps(), 1_000_000));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for rv in 2..EVENTS {
+                    let ns = ["a", "b", "c"][(rv * 7919 % 3) as usize];
+                    let kind = match rv % 5 {
+                        0 => EventKind::Deleted,
+                        _ => EventKind::Added,
+                    };
+                    store.apply(kind, cm(ns, &format!("o{}", rv % 13), rv));
+                }
+            })
+        };
+        let mut subscribers = Vec::new();
+        let mut i = 0;
+        while !writer.is_finished() {
+            i += 1;
+            let ns = ["a", "b"][i % 2];
+            let mut stream = Box::pin(watch(
+                store.clone(),
+                WatchSpec {
+                    send_initial_events: true,
+                    ..spec(ns, Start::Latest, false)
+                },
+                Limits {
+                    progress_interval: Duration::from_millis(1),
+                    ..Limits::default()
+                },
+                CancellationToken::new(),
+            ));
+            subscribers.push(tokio::spawn(async move {
+                let (mut got, mut live) = (Vec::new(), false);
+                while let Some(delivery) = stream.next().await {
+                    let d = delivery.unwrap();
+                    live |= d.kind == EventKind::Bookmark;
+                    let done = live && d.resource_version.0 > EVENTS;
+                    got.push((d.kind, d.resource_version.0));
+                    if done {
+                        break;
+                    }
+                }
+                (ns, got)
+            }));
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        writer.join().unwrap();
+        // The end, in every namespace.
+        store.apply(EventKind::Added, cm("a", "end", EVENTS + 1));
+        store.apply(EventKind::Added, cm("b", "end", EVENTS + 2));
+        assert!(subscribers.len() > 10, "{} subscribers", subscribers.len());
+        let ring = store.read_after(0, usize::MAX).unwrap();
+        let mut events = 0;
+        for subscriber in subscribers {
+            let (ns, got) = tokio::time::timeout(Duration::from_secs(30), subscriber)
+                .await
+                .expect("every subscriber reached the end")
+                .unwrap();
+            let end = got
+                .iter()
+                .position(|(kind, _)| *kind == EventKind::Bookmark)
+                .expect("the snapshot's end");
+            let snapshot_rv = got[end].1;
+            let expected: Vec<_> = ring
+                .iter()
+                .filter(|e| e.resource_version.0 > snapshot_rv)
+                .filter_map(|e| {
+                    let o = e.object.as_ref()?;
+                    (o.namespace == ns).then_some((e.kind, e.resource_version.0))
+                })
+                .collect();
+            events += expected.len();
+            assert_eq!(
+                got[end + 1..],
+                expected,
+                "namespace {ns} from {snapshot_rv}"
+            );
+        }
+        assert!(events > 0, "subscribers got live events");
+    }
+}
