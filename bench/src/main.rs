@@ -417,18 +417,22 @@ impl Feeder {
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 std::thread::sleep(wait);
             }
+            let sent = start_ns + due.as_nanos() as u64;
             if list.as_ref().is_some_and(|(at, _)| *at == i)
                 && let Some((_, mut objects)) = list.take()
             {
-                relist_start = now_nanos();
-                let began = Instant::now();
+                // On the stamps' clock: every event stamped from here on
+                // was applied after the relist, even when the writer woke
+                // late (an event due before the writer's wall-clock start
+                // but queued behind `replace` counted as "before" it).
+                relist_start = sent;
                 objects.extend(listed(&store, 0..KEYS.min(all), 0.0, size)?);
                 let rv = store.head().resource_version.0 + 1;
+                let began = Instant::now();
                 store.replace(objects, ResourceVersion(rv));
                 replace = began.elapsed();
             }
             let rv = store.head().resource_version.0 + 1;
-            let sent = start_ns + due.as_nanos() as u64;
             let object = parse(&object_json(rv % KEYS, rv, size, Some(sent)))?;
             store.apply(EventKind::Modified, object);
         }
@@ -472,7 +476,12 @@ fn listed(
             }
             let key = object_key("bench", &format!("cm-{i}"));
             let object = store.get(&key).context("a loaded object is missing")?;
-            Ok(Object::clone(&object))
+            // Its own copy of the text, as a LIST decoded afresh gives: a
+            // shared `Arc` would compare equal by pointer, for free.
+            Ok(Object {
+                json: Arc::from(&*object.json),
+                ..Object::clone(&object)
+            })
         })
         .collect()
 }
