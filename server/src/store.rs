@@ -332,6 +332,25 @@ impl std::fmt::Debug for Store {
 /// deletion, last) state and the state it replaces.
 type Change = (EventKind, Arc<Object>, Option<Arc<Object>>);
 
+/// Frees a relist's unchanged copies (most of a large relist) on a thread
+/// of their own: freeing 100,000 objects costs about as much as finding
+/// them unchanged, and the writer, behind which live events queue, has
+/// better things to do. Relists are rare, so a thread each is cheap; if
+/// none can be had, the caller frees them.
+fn free_elsewhere(garbage: Vec<Object>) {
+    if garbage.is_empty() {
+        return;
+    }
+    let span = tracing::debug_span!("free_relist", objects = garbage.len());
+    let spawned = std::thread::Builder::new()
+        .name("free-relist".into())
+        .spawn(move || span.in_scope(|| drop(garbage)));
+    // Without a thread the closure, objects and all, is dropped here.
+    if let Err(err) = spawned {
+        tracing::debug!(error = %err, "freed a relist's copies on the writer");
+    }
+}
+
 /// How a listed object compares with the store's state of it.
 enum Verdict {
     /// Unchanged: nothing to publish.
@@ -448,10 +467,7 @@ impl Store {
         // the stream easy to read and to test.
         changes.sort_by(|a, b| a.1.key.cmp(&b.1.key));
         self.publish_unit(changes, rv);
-        // Freeing the unchanged copies (most of a relist) costs about as
-        // much as finding them: after publishing, so the unit's
-        // deliveries start without waiting for it.
-        drop(unchanged);
+        free_elsewhere(unchanged);
     }
 
     /// What a relist to `listed` changes. One lookup in the map per listed
