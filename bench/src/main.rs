@@ -398,7 +398,8 @@ impl Feeder {
     /// `relist`, a quarter of the way in, replaces the store's contents
     /// with the list a LIST would return now, `relist` percent of it
     /// changed (built beforehand: the reflector has it before it replaces).
-    /// Answers `fed RELIST_START_NS REPLACE_NS` (zeros without a relist).
+    /// Answers `fed RELIST_START_NS REPLACE_NS REPLACE_CPU_NS` (zeros
+    /// without a relist).
     fn steady(
         &mut self,
         count: u64,
@@ -419,28 +420,33 @@ impl Feeder {
             .transpose()?;
         let mut list = list.map(|l| (count / 4, l));
         let (start, start_ns) = (Instant::now(), now_nanos());
-        let (mut relist_start, mut replace) = (0, Duration::ZERO);
+        let (mut relist_start, mut replace, mut replace_cpu) = (0, Duration::ZERO, 0);
         for i in 0..count {
             let due = Duration::from_secs_f64(i as f64 / rate);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 std::thread::sleep(wait);
             }
+            let sent = start_ns + due.as_nanos() as u64;
             if list.as_ref().is_some_and(|(at, _)| *at == i)
                 && let Some((_, mut objects)) = list.take()
             {
-                relist_start = now_nanos();
-                let began = Instant::now();
+                // On the stamps' clock: every event stamped from here on
+                // was applied after the relist, even when the writer woke
+                // late (an event due before the writer's wall-clock start
+                // but queued behind `replace` counted as "before" it).
+                relist_start = sent;
                 objects.extend(listed(&store, 0..KEYS.min(all), 0.0, size)?);
                 let rv = store.head().resource_version.0 + 1;
+                let (began, cpu) = (Instant::now(), thread_cpu_ns()?);
                 store.replace(objects, ResourceVersion(rv));
                 replace = began.elapsed();
+                replace_cpu = thread_cpu_ns()? - cpu;
             }
             let rv = store.head().resource_version.0 + 1;
-            let sent = start_ns + due.as_nanos() as u64;
             let object = parse(&object_json(rv % KEYS, rv, size, Some(sent)))?;
             store.apply(EventKind::Modified, object);
         }
-        println!("fed {relist_start} {}", replace.as_nanos());
+        println!("fed {relist_start} {} {replace_cpu}", replace.as_nanos());
         Ok(())
     }
 
@@ -480,7 +486,12 @@ fn listed(
             }
             let key = object_key("bench", &format!("cm-{i}"));
             let object = store.get(&key).context("a loaded object is missing")?;
-            Ok(Object::clone(&object))
+            // Its own copy of the text, as a LIST decoded afresh gives: a
+            // shared `Arc` would compare equal by pointer, for free.
+            Ok(Object {
+                json: Arc::from(&*object.json),
+                ..Object::clone(&object)
+            })
         })
         .collect()
 }
@@ -666,6 +677,10 @@ struct Seen {
     ready: AtomicU64,
     /// Whether to record latencies (not during warm-up).
     recording: AtomicBool,
+    /// Re-sync units' closing bookmarks received, and when the latest one
+    /// arrived (ns since the epoch): when a relist reached everyone.
+    units_closed: AtomicU64,
+    unit_closed_at: AtomicU64,
 }
 
 impl Seen {
@@ -719,6 +734,11 @@ fn subscribe(
                     seen.events.fetch_add(1, Ordering::Relaxed);
                     seen.object_bytes
                         .fetch_add(event.object.len() as u64, Ordering::Relaxed);
+                    if event.resync && event.r#type() == EventType::Bookmark {
+                        seen.units_closed.fetch_add(1, Ordering::Relaxed);
+                        seen.unit_closed_at
+                            .fetch_max(now_nanos(), Ordering::Relaxed);
+                    }
                     if let Some(sent) = sent_at(&event.object) {
                         seen.live.fetch_add(1, Ordering::Relaxed);
                         if seen.recording.load(Ordering::Relaxed) {
@@ -980,13 +1000,14 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
         let before = seen.live.load(Ordering::Relaxed);
         let others_before = seen.events.load(Ordering::Relaxed) - before;
         let start = now_nanos();
+        let cpu = server.cpu().await?;
         let command = format!("steady {count} {} {}", args.rate, args.size);
         let answer = match relist {
             None => server.command(&command).await?,
             Some(percent) => server.command(&format!("{command} {percent}")).await?,
         };
         let words: Vec<&str> = answer.split_whitespace().collect();
-        let ["fed", relist_start, replace] = words.as_slice() else {
+        let ["fed", relist_start, replace, replace_cpu] = words.as_slice() else {
             bail!("feeding: {answer}");
         };
         let expected = count * args.subscribers as u64;
@@ -998,11 +1019,19 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
         // relist's changes (and bookmarks).
         let others =
             seen.events.load(Ordering::Relaxed) - seen.live.load(Ordering::Relaxed) - others_before;
+        if relist.is_some() {
+            seen.wait("the relist's unit", |s| {
+                s.units_closed.load(Ordering::Relaxed) >= args.subscribers as u64
+            })
+            .await?;
+        }
         windows.push((
             start,
             relist_start.parse::<u64>()?,
             Duration::from_nanos(replace.parse()?),
+            Duration::from_nanos(replace_cpu.parse()?),
             others,
+            server.cpu().await? - cpu,
         ));
     }
     drop(server);
@@ -1012,8 +1041,8 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
     }
     let [
         _settling,
-        (quiet, ..),
-        (relisting, relist_start, replace, others),
+        (quiet, .., quiet_cpu),
+        (relisting, relist_start, replace, replace_cpu, others, relist_cpu),
     ] = windows[..]
     else {
         bail!("three windows were fed");
@@ -1036,8 +1065,16 @@ async fn relist(args: RelistArgs) -> anyhow::Result<()> {
         args.window_seconds
     );
     println!(
-        "Store::replace took {replace:.2?} on the writer; each subscriber received {:.1} other events (the relist's changes, bookmarks) in its window",
+        "Store::replace took {replace:.2?} on the writer ({replace_cpu:.2?} of the writer thread's CPU); each subscriber received {:.1} other events (the relist's changes, bookmarks) in its window",
         others as f64 / args.subscribers as f64
+    );
+    let unit_deliveries = others.saturating_sub(args.subscribers as u64);
+    let reached = seen.unit_closed_at.load(Ordering::Relaxed);
+    println!(
+        "the unit's {unit_deliveries} deliveries (bookmarks aside) had reached every subscriber {:.2?} after the relist began; server CPU {quiet_cpu:.2?} in the window without a relist, {relist_cpu:.2?} in the relist window: {:.2?} more (`replace` included), {:.2?} per unit delivery",
+        Duration::from_nanos(reached.saturating_sub(relist_start)),
+        relist_cpu.saturating_sub(quiet_cpu),
+        relist_cpu.saturating_sub(quiet_cpu) / unit_deliveries.max(1) as u32,
     );
     println!("| live events | deliveries | p50 | p99 | max |");
     println!("|---|---|---|---|---|");

@@ -64,7 +64,11 @@
 //! it lagged and where to resume, so a slow subscriber costs no memory
 //! beyond the shared ring.
 
-use std::{collections::HashMap, collections::VecDeque, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -338,6 +342,35 @@ impl std::fmt::Debug for Store {
 /// deletion, last) state and the state it replaces.
 type Change = (EventKind, Arc<Object>, Option<Arc<Object>>);
 
+/// Frees a relist's unchanged copies (most of a large relist) on a thread
+/// of their own: freeing 100,000 objects costs about as much as finding
+/// them unchanged, and the writer, behind which live events queue, has
+/// better things to do. Relists are rare, so a thread each is cheap; if
+/// none can be had, the caller frees them.
+fn free_elsewhere(garbage: Vec<Object>) {
+    if garbage.is_empty() {
+        return;
+    }
+    let span = tracing::debug_span!("free_relist", objects = garbage.len());
+    let spawned = std::thread::Builder::new()
+        .name("free-relist".into())
+        .spawn(move || span.in_scope(|| drop(garbage)));
+    // Without a thread the closure, objects and all, is dropped here.
+    if let Err(err) = spawned {
+        tracing::debug!(error = %err, "freed a relist's copies on the writer");
+    }
+}
+
+/// How a listed object compares with the store's state of it.
+enum Verdict {
+    /// Unchanged: nothing to publish.
+    Same,
+    /// Changed from this state.
+    Modified(Arc<Object>),
+    /// Not in the store.
+    Added,
+}
+
 impl Store {
     /// An empty, unsynced store that keeps the last `capacity` events (for
     /// at most the default age and bytes) for resume and fanout.
@@ -428,11 +461,10 @@ impl Store {
     /// and the unit is written in chunks, so neither the walk over every
     /// object nor a large unit stalls readers.
     pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
-        let fresh: Vec<Arc<Object>> = objects.into_iter().map(Arc::new).collect();
         if self.ring.lock().floor.is_none() {
             self.objects.clear();
-            for object in fresh {
-                self.objects.insert(object.key.clone(), object);
+            for object in objects {
+                self.objects.insert(object.key.clone(), Arc::new(object));
             }
             let head = {
                 let mut ring = self.ring.lock();
@@ -443,30 +475,64 @@ impl Store {
             self.head.send_replace(head);
             return;
         }
-        // The new list indexed by key, borrowing the keys: a relist of many
-        // objects allocates no key strings. Walking the map holds one
-        // shard's read lock at a time; the reflector, the only writer, is
-        // the caller, so nothing changes underneath.
-        let mut unseen: HashMap<&str, &Arc<Object>> =
-            fresh.iter().map(|o| (o.key.as_str(), o)).collect();
-        let mut changes: Vec<Change> = Vec::new();
-        for entry in self.objects.iter() {
-            let old = entry.value();
-            match unseen.remove(entry.key().as_str()) {
-                Some(new) if new.same_state(old) => {}
-                Some(new) => changes.push((EventKind::Modified, new.clone(), Some(old.clone()))),
-                None => changes.push((EventKind::Deleted, old.clone(), Some(old.clone()))),
-            }
-        }
-        changes.extend(
-            unseen
-                .into_values()
-                .map(|new| (EventKind::Added, new.clone(), None)),
-        );
+        let (mut changes, unchanged) = self.difference(objects);
         // Any order is exact (the unit is applied whole); key order makes
         // the stream easy to read and to test.
         changes.sort_by(|a, b| a.1.key.cmp(&b.1.key));
         self.publish_unit(changes, rv);
+        free_elsewhere(unchanged);
+    }
+
+    /// What a relist to `listed` changes. One lookup in the map per listed
+    /// object (its resourceVersion compared first, the text only when that
+    /// is equal), and an allocation only for an object that changed; the
+    /// listed keys are indexed only when the lookups found fewer objects
+    /// than the store holds, that is when something was deleted. This
+    /// relies on a LIST naming each key once, as the API server's does
+    /// (one etcd key per namespace and name). The map is read one shard
+    /// lock at a time; the reflector, the only writer, is the caller, so
+    /// nothing changes underneath.
+    ///
+    /// Returns the changes, and the listed objects that are unchanged (for
+    /// the caller to free once the changes are out).
+    fn difference(&self, listed: Vec<Object>) -> (Vec<Change>, Vec<Object>) {
+        // Per listed object, the state it replaces if it changed.
+        let mut verdicts: Vec<Verdict> = Vec::with_capacity(listed.len());
+        let mut found = 0;
+        for new in &listed {
+            verdicts.push(match self.objects.get(&new.key) {
+                Some(old) => {
+                    found += 1;
+                    if new.same_state(&old) {
+                        Verdict::Same
+                    } else {
+                        Verdict::Modified(old.clone())
+                    }
+                }
+                None => Verdict::Added,
+            });
+        }
+        let mut changes: Vec<Change> = Vec::new();
+        if found < self.objects.len() {
+            let keys: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+            for entry in self.objects.iter() {
+                if !keys.contains(entry.key().as_str()) {
+                    let old = entry.value();
+                    changes.push((EventKind::Deleted, old.clone(), Some(old.clone())));
+                }
+            }
+        }
+        let mut unchanged = Vec::with_capacity(found);
+        for (new, verdict) in listed.into_iter().zip(verdicts) {
+            match verdict {
+                Verdict::Same => unchanged.push(new),
+                Verdict::Modified(old) => {
+                    changes.push((EventKind::Modified, Arc::new(new), Some(old)));
+                }
+                Verdict::Added => changes.push((EventKind::Added, Arc::new(new), None)),
+            }
+        }
+        (changes, unchanged)
     }
 
     /// Writes a relist's difference as one re-sync unit at `rv`.
