@@ -441,9 +441,20 @@ impl Reflector {
 
     /// A LIST or watch-list replaced the store: the RV it asked for was
     /// served, and the watches that follow start a new internal-error run.
-    fn replaced(&mut self, objects: Vec<Object>, rv: ResourceVersion, trace: &mut SyncTrace) {
+    async fn replaced(&mut self, objects: Vec<Object>, rv: ResourceVersion, trace: &mut SyncTrace) {
         self.last_sync_unavailable = false;
-        self.store.replace(objects, rv);
+        // O(objects) of comparing: on a blocking thread, so that a relist
+        // of a large type does not hold one of the runtime's few workers
+        // (and with it other types' reflectors and subscribers). Nothing
+        // else writes this store meanwhile: the reflector is its one
+        // writer, and it waits here.
+        let store = self.store.clone();
+        let replaced = tokio::task::spawn_blocking(move || store.replace(objects, rv)).await;
+        if let Err(err) = replaced
+            && err.is_panic()
+        {
+            std::panic::resume_unwind(err.into_panic());
+        }
         trace.step("store replaced");
         self.synced_to(rv);
         self.internal_errors.reset();
@@ -492,7 +503,7 @@ impl Reflector {
             Ok((objects, rv, requests)) => {
                 info!(%rv, from = %from, objects = objects.len(), requests, "listed");
                 trace.step(format!("{} objects listed from RV {from:?}", objects.len()));
-                self.replaced(objects, rv, &mut trace);
+                self.replaced(objects, rv, &mut trace).await;
                 let mut status = self.status.lock();
                 status.lists += 1;
                 status.last_list_from = Some(from);
@@ -619,7 +630,7 @@ impl Reflector {
                     self.check_consistency(&objects, rv).await;
                     trace.step("consistency checked");
                 }
-                self.replaced(objects, rv, &mut trace);
+                self.replaced(objects, rv, &mut trace).await;
                 self.status.lock().watch_lists += 1;
                 State::Watch(Some(open))
             }
