@@ -24,6 +24,8 @@
 //! latency of attached subscribers while the store relists a large list,
 //! against the same feed without the relist.
 
+mod vs_apiserver;
+
 use std::{
     io::{BufRead, Write},
     net::SocketAddr,
@@ -102,6 +104,9 @@ enum Command {
     /// relists (`Store::replace`) a large list, against the same feed
     /// without a relist.
     Relist(RelistArgs),
+    /// kube-fanout against the real kube-apiserver, every watcher on its
+    /// own connection (issue 11; see `vs_apiserver`).
+    VsApiserver(vs_apiserver::Args),
 }
 
 #[derive(clap::Args, Clone)]
@@ -174,6 +179,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Serve { mode }) => serve(mode),
         Some(Command::Relist(args)) => tokio::runtime::Runtime::new()?.block_on(relist(args)),
+        Some(Command::VsApiserver(args)) => {
+            tokio::runtime::Runtime::new()?.block_on(vs_apiserver::run(args))
+        }
         None => {
             let (mut naive, mut fanout) = (Vec::new(), Vec::new());
             for _ in 0..cli.run.repeat.max(1) {
