@@ -12,7 +12,6 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::Stdio,
     time::Duration,
 };
 
@@ -68,6 +67,10 @@ pub struct Args {
     /// Idle subscribers.
     #[arg(long, default_value_t = 10_000)]
     idle_watchers: usize,
+    /// A kube-fanout binary to measure instead of this tree's release
+    /// build, to compare two builds.
+    #[arg(long)]
+    fanout_bin: Option<PathBuf>,
 }
 
 /// ConfigMaps the steady writer cycles through.
@@ -141,7 +144,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut bench = Bench {
         cp,
         loadgen,
-        fanout_bin: target.join("release/kube-fanout"),
+        fanout_bin: args
+            .fanout_bin
+            .clone()
+            .unwrap_or_else(|| target.join("release/kube-fanout")),
         ca: dir.join("fanout-ca.crt"),
         cert: dir.join("fanout.crt"),
         key: dir.join("fanout.key"),
@@ -228,6 +234,10 @@ impl Bench {
                 "--listen",
                 &addr,
             ])
+            // Without authentication the caller is the client address, so
+            // every watcher here (all from 127.0.0.1) would be one caller;
+            // they stand for separate controllers.
+            .args(["--max-watches-per-caller=0", "--max-snapshots-per-caller=0"])
             .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
             .arg(format!("--kubeconfig={}", self.kubeconfig()))
             .arg(format!("--tls-cert-file={}", self.cert.display()))
@@ -292,14 +302,13 @@ impl Bench {
         }
         args.extend_from_slice(extra);
         eprintln!("loadgen {}", args.join(" "));
-        let out = Command::new(&self.loadgen)
-            .args(&args)
-            .stderr(Stdio::inherit())
-            .output()
-            .await?;
+        // `output` captures stderr whatever was set: passed on below.
+        let out = Command::new(&self.loadgen).args(&args).output().await?;
         let text = String::from_utf8(out.stdout)?;
+        let errors = String::from_utf8_lossy(&out.stderr);
+        eprint!("{errors}");
         if !out.status.success() {
-            bail!("loadgen {command} failed ({}): {text}", out.status);
+            bail!("loadgen {command} failed ({}): {errors}", out.status);
         }
         let value: Value = serde_json::from_str(text.trim())
             .with_context(|| format!("loadgen printed {text:?}"))?;
