@@ -409,24 +409,35 @@ impl Bench {
             "\n### {n} idle subscribers, each on its own TLS connection\n\n\
              | | kube-fanout |\n|---|---|\n\
              | RSS before / after | {before} / {after} |\n\
-             | server memory per idle subscriber | {per:.1} KiB |\n\
-             | CPU to accept them (TLS handshakes included) | {cpu:.2} s |\n\
-             | time to open them all (64 at a time) | {open:.1} s |\n",
+             | server memory per idle subscriber | {per} KiB |\n\
+             | CPU to accept them (TLS handshakes included) | {cpu} s |\n\
+             | time to open them all (64 at a time) | {open} s |\n",
             n = result["watchers"],
             before = mib(&fanout["rss_start"]),
             after = mib(&fanout["rss_end"]),
-            per = result["bytes_per_subscriber"].as_f64().unwrap_or(0.0) / 1024.0,
-            cpu = fanout["cpu_s"].as_f64().unwrap_or(0.0),
-            open = result["open_s"].as_f64().unwrap_or(0.0),
+            per = down(
+                result["bytes_per_subscriber"].as_f64().unwrap_or(0.0) / 1024.0,
+                1
+            ),
+            cpu = down(fanout["cpu_s"].as_f64().unwrap_or(0.0), 2),
+            open = down(result["open_s"].as_f64().unwrap_or(0.0), 1),
         ))
     }
 }
 
 fn mib(bytes: &Value) -> String {
     format!(
-        "{:.1} MiB",
-        bytes.as_f64().unwrap_or(0.0) / f64::from(1 << 20)
+        "{} MiB",
+        down(bytes.as_f64().unwrap_or(0.0) / f64::from(1 << 20), 1)
     )
+}
+
+/// `x` with `decimals` decimals, rounded down: a figure is never shown
+/// better than measured (nor a ratio larger).
+fn down(x: f64, decimals: usize) -> String {
+    let scale = 10f64.powi(decimals as i32);
+    // The epsilon keeps 2.3 from becoming 2.29 through 229.999...
+    format!("{:.*}", decimals, (x * scale + 1e-9).floor() / scale)
 }
 
 fn cpu(run: &Value, process: &str) -> f64 {
@@ -469,18 +480,17 @@ fn steady_table(watchers: usize, rate: f64, seconds: f64, runs: &BTreeMap<&str, 
         }
     });
     out += &row("server CPU per delivery", &|c| {
-        format!("{:.2} µs", per_delivery(c))
+        format!("{} µs", down(per_delivery(c), 2))
     });
-    out += &row("... / the floor", &|c| {
-        format!("{:.2}", per_delivery(c) / floor)
-    });
+    out += &row("... / the floor", &|c| down(per_delivery(c) / floor, 2));
     out += &row("latency p50 / p99 / max", &|c| {
         let r = &runs[c];
+        let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
         format!(
-            "{:.2} / {:.2} / {:.1} ms",
-            r["p50_ms"].as_f64().unwrap_or(0.0),
-            r["p99_ms"].as_f64().unwrap_or(0.0),
-            r["max_ms"].as_f64().unwrap_or(0.0)
+            "{} / {} / {} ms",
+            ms("p50_ms", 2),
+            ms("p99_ms", 2),
+            ms("max_ms", 1)
         )
     });
     out += &row("server RSS at the window's end", &|c| {
@@ -492,8 +502,9 @@ fn steady_table(watchers: usize, rate: f64, seconds: f64, runs: &BTreeMap<&str, 
         mib(&runs[c]["procs"][process]["rss_end"])
     });
     out += &format!(
-        "\nkube-apiserver's writes-only baseline: {baseline:.2} s CPU for {} writes. \
+        "\nkube-apiserver's writes-only baseline: {} s CPU for {} writes. \
          The API server's columns are its CPU above that baseline; kube-fanout's and the floor's are their own.\n",
+        down(baseline, 2),
         runs["none"]["writes"]
     );
     out
@@ -538,24 +549,25 @@ fn herd_table(args: &Args, runs: &[Value]) -> String {
             .map(|e| format!(" (**incomplete**: {e})"))
             .unwrap_or_default();
         out += &format!(
-            "| {label} | {:.2} s{incomplete} | {cpu:.2} s | {:.1} | {} | {:.1} |\n",
-            run["wall_s"].as_f64().unwrap_or(0.0),
-            cpu / fanout_cpu,
+            "| {label} | {} s{incomplete} | {} s | {} | {} | {} |\n",
+            down(run["wall_s"].as_f64().unwrap_or(0.0), 2),
+            down(cpu, 2),
+            down(cpu / fanout_cpu, 2),
             mib(&Value::from(peak)),
-            peak / fanout_peak,
+            down(peak / fanout_peak, 2),
         );
     }
     let one = &runs[4];
     let bytes = one["object_bytes"].as_f64().unwrap_or(0.0);
     let wall = one["wall_s"].as_f64().unwrap_or(f64::NAN);
     out += &format!(
-        "\nOne subscriber's snapshot from kube-fanout: {} objects, {:.1} MB of object JSON in {:.1} ms, {:.0} MB/s; server CPU {:.0} ms.\n\
+        "\nOne subscriber's snapshot from kube-fanout: {} objects, {} MB of object JSON in {} ms, {} MB/s; server CPU {} ms.\n\
          The peak is VmHWM, reset (clear_refs) at the window's start, so it is the peak within the window.\n",
         one["objects"],
-        bytes / 1e6,
-        wall * 1e3,
-        bytes / 1e6 / wall,
-        cpu(one, "kube-fanout") * 1e3
+        down(bytes / 1e6, 1),
+        down(wall * 1e3, 1),
+        down(bytes / 1e6 / wall, 0),
+        down(cpu(one, "kube-fanout") * 1e3, 0)
     );
     out
 }
