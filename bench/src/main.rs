@@ -25,6 +25,7 @@
 //! against the same feed without the relist.
 
 mod dispatch;
+mod vs_apiserver;
 
 use std::{
     io::{BufRead, Write},
@@ -107,6 +108,9 @@ enum Command {
     Relist(RelistArgs),
     /// CPU per event with N namespace-scoped subscribers, indexed or not.
     Dispatch(dispatch::DispatchArgs),
+    /// kube-fanout against the real kube-apiserver, every watcher on its
+    /// own connection (issue 11; see `vs_apiserver`).
+    VsApiserver(vs_apiserver::Args),
 }
 
 #[derive(clap::Args, Clone)]
@@ -181,6 +185,9 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Relist(args)) => tokio::runtime::Runtime::new()?.block_on(relist(args)),
         Some(Command::Dispatch(args)) => {
             tokio::runtime::Runtime::new()?.block_on(dispatch::dispatch(args))
+        }
+        Some(Command::VsApiserver(args)) => {
+            tokio::runtime::Runtime::new()?.block_on(vs_apiserver::run(args))
         }
         None => {
             let (mut naive, mut fanout) = (Vec::new(), Vec::new());

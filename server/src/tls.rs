@@ -468,6 +468,14 @@ pub fn incoming(
                         continue;
                     }
                 };
+                // Watch events are small writes on a long-lived stream:
+                // with Nagle's algorithm on, each one written while the
+                // previous is unacknowledged waits for the peer's (delayed)
+                // ACK, tens of milliseconds. tonic's own `tcp_nodelay`
+                // applies only to its own listener, not to this accept loop.
+                if let Err(err) = tcp.set_nodelay(true) {
+                    debug!(error = %err, %peer, "TCP_NODELAY not set");
+                }
                 let Some(acceptor) = tls.clone() else {
                     if tx.send(Ok(Conn::Plain(tcp))).await.is_err() {
                         return;
@@ -497,6 +505,71 @@ pub fn incoming(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use futures::StreamExt;
+    use rustls::pki_types::ServerName;
+    use tokio_rustls::TlsConnector;
+
+    /// The socket under an accepted connection.
+    fn socket(conn: &Conn) -> &TcpStream {
+        match conn {
+            Conn::Plain(tcp) => tcp,
+            Conn::Tls(tls) => tls.get_ref().0,
+        }
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off_plain_and_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: None,
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        let cancel = CancellationToken::new();
+
+        let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain_addr = plain.local_addr().unwrap();
+        let mut conns = Box::pin(incoming(plain, None, cancel.clone()));
+        let _client = TcpStream::connect(plain_addr).await.unwrap();
+        let conn = conns.next().await.unwrap().unwrap();
+        assert!(matches!(conn, Conn::Plain(_)));
+        assert!(socket(&conn).nodelay().unwrap(), "plain: Nagle is on");
+
+        let secure = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let secure_addr = secure.local_addr().unwrap();
+        let mut conns = Box::pin(incoming(
+            secure,
+            Some(acceptor(&files).unwrap()),
+            cancel.clone(),
+        ));
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = TcpStream::connect(secure_addr).await.unwrap();
+        let client = TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp);
+        let (client, conn) = tokio::join!(client, conns.next());
+        client.unwrap();
+        let conn = conn.unwrap().unwrap();
+        assert!(matches!(conn, Conn::Tls(_)));
+        assert!(socket(&conn).nodelay().unwrap(), "TLS: Nagle is on");
+        cancel.cancel();
+    }
 
     #[test]
     fn a_client_certificate_names_its_user_and_groups() {

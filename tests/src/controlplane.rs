@@ -270,6 +270,12 @@ impl ControlPlane {
             .context("TokenRequest without a token")
     }
 
+    /// The process IDs of kube-apiserver and etcd (`None` once exited),
+    /// for benchmarks that read their CPU and memory from `/proc`.
+    pub fn pids(&self) -> (Option<u32>, Option<u32>) {
+        (self.apiserver.id(), self.etcd.id())
+    }
+
     /// The temporary directory holding data, credentials and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
