@@ -60,6 +60,10 @@ impl Drop for Permit {
     }
 }
 
+/// The pod a bound ServiceAccount token was issued for, in the identity's
+/// extra attributes (TokenReview reports it).
+const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+
 impl Limiter {
     /// A limiter enforcing `limits`.
     pub fn new(limits: CallerLimits) -> Arc<Self> {
@@ -70,9 +74,15 @@ impl Limiter {
     }
 
     /// The caller of a request: its user, or (unauthenticated) its address.
+    /// A ServiceAccount token bound to a pod names the pod too: the agents
+    /// of a DaemonSet share one ServiceAccount, and each is a caller of its
+    /// own (a per-node fanout of thousands must not hit one user's bound).
     pub fn caller(extensions: &http::Extensions) -> String {
         if let Some(identity) = extensions.get::<Identity>() {
-            return identity.user.clone();
+            return match identity.extra.get(POD_UID).and_then(|uids| uids.first()) {
+                Some(pod) => format!("{} (pod {pod})", identity.user),
+                None => identity.user.clone(),
+            };
         }
         extensions
             .get::<ConnInfo>()
@@ -135,6 +145,32 @@ mod tests {
         limiter.acquire("a", Held::Watch).unwrap();
         assert_eq!(limiter.held("a", Held::Snapshot), 0);
         assert!(limiter.held.get(&("a".into(), Held::Snapshot)).is_none());
+    }
+
+    #[test]
+    fn each_pod_of_a_service_account_is_a_caller_of_its_own() {
+        let caller = |extra: &[(&str, &str)]| {
+            let mut extensions = http::Extensions::new();
+            extensions.insert(Identity {
+                user: "system:serviceaccount:agents:node-agent".into(),
+                extra: extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+                    .collect(),
+                ..Identity::default()
+            });
+            Limiter::caller(&extensions)
+        };
+        let (a, b) = (caller(&[(POD_UID, "uid-a")]), caller(&[(POD_UID, "uid-b")]));
+        assert_ne!(a, b);
+        assert_eq!(a, "system:serviceaccount:agents:node-agent (pod uid-a)");
+        assert_eq!(caller(&[]), "system:serviceaccount:agents:node-agent");
+        let limiter = Limiter::new(CallerLimits {
+            watches: 1,
+            snapshots: 0,
+        });
+        let _a = limiter.acquire(&a, Held::Watch).unwrap();
+        limiter.acquire(&b, Held::Watch).unwrap();
     }
 
     #[test]
