@@ -1243,4 +1243,119 @@ pub(crate) mod tests {
         assert_eq!(store.head().resource_version, ResourceVersion(12));
         assert_eq!(store.head().seq, 1);
     }
+
+    /// A relist at the store's own RV that still differs publishes its
+    /// unit at that RV and records no gap: no RV was skipped.
+    #[test]
+    fn a_relist_at_the_current_rv_publishes_its_difference_without_a_gap() {
+        let store = Store::new(configmaps(), 100);
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(10));
+        store.replace(vec![object("b", 2, "{}")], ResourceVersion(10));
+        use EventKind::*;
+        assert_eq!(
+            seen(&store.read_after(0, 10).unwrap()),
+            [
+                (Deleted, "a", 10, true),
+                (Added, "b", 10, true),
+                (Bookmark, "", 10, true),
+            ]
+        );
+        let status = store.status();
+        assert_eq!((status.relists, status.gaps), (1, Vec::new()));
+        assert_eq!(status.head.resource_version, ResourceVersion(10));
+    }
+
+    /// "None older than `age`": an event exactly that old stays.
+    #[tokio::test(start_paused = true)]
+    async fn an_event_exactly_as_old_as_the_age_bound_stays() {
+        let store = Store::with_history(
+            configmaps(),
+            HistoryLimits {
+                events: 100,
+                age: Duration::from_secs(75),
+                ..HistoryLimits::default()
+            },
+        );
+        store.replace(Vec::new(), ResourceVersion(10));
+        store.apply(EventKind::Added, object("a", 11, "{}"));
+        tokio::time::advance(Duration::from_secs(75)).await;
+        store.apply(EventKind::Added, object("b", 12, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(10)));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        store.apply(EventKind::Added, object("c", 13, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(11)));
+    }
+
+    /// A unit larger than the whole history (a relist of more objects than
+    /// the ring holds, as with production's defaults) keeps all its events
+    /// while it is written, so a snapshot taken meanwhile undoes it whole;
+    /// once it closes, the history is back within its bound.
+    #[test]
+    fn a_unit_larger_than_the_history_stays_whole_while_it_is_written() {
+        const KEYS: usize = 3 * UNIT_CHUNK;
+        const HISTORY: u64 = 8;
+        let list = |rv: u64| -> Vec<Object> {
+            (0..KEYS)
+                .map(|i| object(&format!("k{i}"), rv, "{}"))
+                .collect()
+        };
+        let mut undone = 0;
+        for _ in 0..200 {
+            let store = Arc::new(Store::new(configmaps(), HISTORY as usize));
+            store.replace(list(1), ResourceVersion(1));
+            let writer = {
+                let (store, relist) = (store.clone(), list(2));
+                std::thread::spawn(move || store.replace(relist, ResourceVersion(2)))
+            };
+            let mut snapshots = Vec::new();
+            while !writer.is_finished() {
+                snapshots.push(store.snapshot());
+            }
+            writer.join().unwrap();
+            for snapshot in &snapshots {
+                let rv = snapshot.resource_version.0;
+                assert_eq!(snapshot.objects.len(), KEYS);
+                assert!(
+                    snapshot.objects.iter().all(|o| o.resource_version.0 == rv),
+                    "the snapshot at {rv} mixes the states before and after the unit"
+                );
+                let expected_seq = if rv == 1 { 0 } else { KEYS as u64 + 1 };
+                assert_eq!(snapshot.seq, expected_seq);
+            }
+            let head = store.head().seq;
+            assert_eq!(head, KEYS as u64 + 1);
+            assert_eq!(
+                store.read_after(head - HISTORY, 100).map(|e| e.len()),
+                Ok(HISTORY as usize)
+            );
+            assert!(store.read_after(head - HISTORY - 1, 100).is_err());
+            undone += store.paths.counts().1;
+            if undone > 0 {
+                break;
+            }
+        }
+        assert!(undone > 0, "some snapshot was taken inside the unit");
+    }
+
+    /// The newest event stays even when it alone is over the byte bound,
+    /// so a resume from the RV just before it still works.
+    #[test]
+    fn the_newest_event_stays_even_when_it_alone_is_over_the_byte_bound() {
+        let store = Store::with_history(
+            configmaps(),
+            HistoryLimits {
+                bytes: 10,
+                ..HistoryLimits::default()
+            },
+        );
+        store.replace(Vec::new(), ResourceVersion(1));
+        store.apply(EventKind::Added, object("a", 2, "{}"));
+        store.apply(EventKind::Added, object("b", 3, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(2)));
+        let cursor = store.cursor_after(ResourceVersion(2)).unwrap();
+        assert_eq!(
+            seen(&store.read_after(cursor, 10).unwrap()),
+            [(EventKind::Added, "b", 3, false)]
+        );
+    }
 }
