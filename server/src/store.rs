@@ -1149,16 +1149,21 @@ pub(crate) mod tests {
         assert_eq!(store.read_after(0, 10).err(), Some(ResourceVersion(12)));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn history_is_bounded_by_age_as_well_as_count() {
-        let store = Store::with_history(
+    /// A store whose history is bounded by age (75 s) long before count.
+    fn bounded_by_age() -> Store {
+        Store::with_history(
             configmaps(),
             HistoryLimits {
                 events: 100,
                 age: Duration::from_secs(75),
                 ..HistoryLimits::default()
             },
-        );
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn history_is_bounded_by_age_as_well_as_count() {
+        let store = bounded_by_age();
         store.replace(Vec::new(), ResourceVersion(10));
         store.apply(EventKind::Added, object("old", 11, "{}"));
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -1249,11 +1254,13 @@ pub(crate) mod tests {
     #[test]
     fn a_relist_at_the_current_rv_publishes_its_difference_without_a_gap() {
         let store = Store::new(configmaps(), 100);
-        store.replace(vec![object("a", 1, "{}")], ResourceVersion(10));
+        // History reaches back past 10, so a gap ending there would stay.
+        store.replace(Vec::new(), ResourceVersion(5));
+        store.apply(EventKind::Added, object("a", 10, "{}"));
         store.replace(vec![object("b", 2, "{}")], ResourceVersion(10));
         use EventKind::*;
         assert_eq!(
-            seen(&store.read_after(0, 10).unwrap()),
+            seen(&store.read_after(1, 10).unwrap()),
             [
                 (Deleted, "a", 10, true),
                 (Added, "b", 10, true),
@@ -1268,14 +1275,7 @@ pub(crate) mod tests {
     /// "None older than `age`": an event exactly that old stays.
     #[tokio::test(start_paused = true)]
     async fn an_event_exactly_as_old_as_the_age_bound_stays() {
-        let store = Store::with_history(
-            configmaps(),
-            HistoryLimits {
-                events: 100,
-                age: Duration::from_secs(75),
-                ..HistoryLimits::default()
-            },
-        );
+        let store = bounded_by_age();
         store.replace(Vec::new(), ResourceVersion(10));
         store.apply(EventKind::Added, object("a", 11, "{}"));
         tokio::time::advance(Duration::from_secs(75)).await;
