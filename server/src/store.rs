@@ -1358,4 +1358,27 @@ pub(crate) mod tests {
             [(EventKind::Added, "b", 3, false)]
         );
     }
+
+    /// The plain accessors: object count, lookup by key, and the debug
+    /// form that logs show (the resource and the head).
+    #[test]
+    fn accessors_report_the_cached_objects_and_the_head() {
+        let store = Store::new(configmaps(), 10);
+        assert!(store.is_empty());
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        assert_eq!((store.len(), store.is_empty()), (2, false));
+        assert_eq!(
+            store.get("ns/a").map(|o| o.resource_version),
+            Some(ResourceVersion(1))
+        );
+        assert!(store.get("ns/c").is_none());
+        let debug = format!("{store:?}");
+        assert!(
+            debug.contains("ConfigMap") && debug.contains("resource_version: ResourceVersion(2)"),
+            "{debug}"
+        );
+    }
 }
