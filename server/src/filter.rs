@@ -160,7 +160,10 @@ fn check_key(key: &str) -> Result<String, String> {
         && prefix
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
-        && (prefix.is_empty() || !key.starts_with('/'));
+        // A slash with nothing before it ("/name") is an empty prefix,
+        // which Kubernetes refuses; a prefix of valid characters never
+        // starts with one.
+        && !key.starts_with('/');
     if name_ok && prefix_ok {
         Ok(key.to_owned())
     } else {
@@ -511,6 +514,49 @@ mod tests {
         // A term that does not parse is reported before any unknown label.
         let err = pod_filter("a=1,zz").unwrap_err();
         assert!(err.contains("can't understand"), "{err}");
+    }
+
+    #[test]
+    fn set_requirements_compare_the_label_with_every_value() {
+        let l = r#"{"app":"web"}"#;
+        assert!(!matches(l, "app in (db)"), "web is not in (db)");
+        assert!(matches(l, "app in (db,web)"));
+        assert!(matches(l, "app notin (db)"), "web is not in (db)");
+        assert!(!matches(l, "app notin (web)"));
+    }
+
+    /// The bounds Kubernetes puts on label keys and values, on both sides.
+    #[test]
+    fn label_keys_and_values_are_checked_at_their_bounds() {
+        let name = "a".repeat(63);
+        let prefix = format!("{}.io", "p".repeat(250));
+        assert_eq!(prefix.len(), 253);
+        for good in [
+            name.clone(),
+            format!("{prefix}/{name}"),
+            format!("k={name}"),
+            "k=".into(),
+            "a-b_c.9=v-w_x.0".into(),
+        ] {
+            assert!(Filter::new("", &good, "").is_ok(), "{good}");
+        }
+        let key = "not a valid label key";
+        let value = "not a valid label value";
+        for (bad, why) in [
+            ("a".repeat(64), key),
+            (format!("p{prefix}/a"), key),
+            ("Example.com/a".into(), key),
+            ("exa_mple.com/a".into(), key),
+            ("/a".into(), key),
+            ("-a".into(), key),
+            ("a-".into(), key),
+            (format!("k={}", "a".repeat(64)), value),
+            ("k=-v".into(), value),
+            ("k=v-".into(), value),
+        ] {
+            let err = Filter::new("", &bad, "").unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -1264,16 +1264,21 @@ pub(crate) mod tests {
         assert_eq!(store.read_after(0, 10).err(), Some(ResourceVersion(12)));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn history_is_bounded_by_age_as_well_as_count() {
-        let store = Store::with_history(
+    /// A store whose history is bounded by age (75 s) long before count.
+    fn bounded_by_age() -> Store {
+        Store::with_history(
             configmaps(),
             HistoryLimits {
                 events: 100,
                 age: Duration::from_secs(75),
                 ..HistoryLimits::default()
             },
-        );
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn history_is_bounded_by_age_as_well_as_count() {
+        let store = bounded_by_age();
         store.replace(Vec::new(), ResourceVersion(10));
         store.apply(EventKind::Added, object("old", 11, "{}"));
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -1357,5 +1362,138 @@ pub(crate) mod tests {
         store.bookmark(ResourceVersion(12));
         assert_eq!(store.head().resource_version, ResourceVersion(12));
         assert_eq!(store.head().seq, 1);
+    }
+
+    /// A relist at the store's own RV that still differs publishes its
+    /// unit at that RV and records no gap: no RV was skipped.
+    #[test]
+    fn a_relist_at_the_current_rv_publishes_its_difference_without_a_gap() {
+        let store = Store::new(configmaps(), 100);
+        // History reaches back past 10, so a gap ending there would stay.
+        store.replace(Vec::new(), ResourceVersion(5));
+        store.apply(EventKind::Added, object("a", 10, "{}"));
+        store.replace(vec![object("b", 2, "{}")], ResourceVersion(10));
+        use EventKind::*;
+        assert_eq!(
+            seen(&store.read_after(1, 10).unwrap()),
+            [
+                (Deleted, "a", 10, true),
+                (Added, "b", 10, true),
+                (Bookmark, "", 10, true),
+            ]
+        );
+        let status = store.status();
+        assert_eq!((status.relists, status.gaps), (1, Vec::new()));
+        assert_eq!(status.head.resource_version, ResourceVersion(10));
+    }
+
+    /// "None older than `age`": an event exactly that old stays.
+    #[tokio::test(start_paused = true)]
+    async fn an_event_exactly_as_old_as_the_age_bound_stays() {
+        let store = bounded_by_age();
+        store.replace(Vec::new(), ResourceVersion(10));
+        store.apply(EventKind::Added, object("a", 11, "{}"));
+        tokio::time::advance(Duration::from_secs(75)).await;
+        store.apply(EventKind::Added, object("b", 12, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(10)));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        store.apply(EventKind::Added, object("c", 13, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(11)));
+    }
+
+    /// A unit larger than the whole history (a relist of more objects than
+    /// the ring holds, as with production's defaults) keeps all its events
+    /// while it is written, so a snapshot taken meanwhile undoes it whole;
+    /// once it closes, the history is back within its bound.
+    #[test]
+    fn a_unit_larger_than_the_history_stays_whole_while_it_is_written() {
+        const KEYS: usize = 3 * UNIT_CHUNK;
+        const HISTORY: u64 = 8;
+        let list = |rv: u64| -> Vec<Object> {
+            (0..KEYS)
+                .map(|i| object(&format!("k{i}"), rv, "{}"))
+                .collect()
+        };
+        let mut undone = 0;
+        for _ in 0..200 {
+            let store = Arc::new(Store::new(configmaps(), HISTORY as usize));
+            store.replace(list(1), ResourceVersion(1));
+            let writer = {
+                let (store, relist) = (store.clone(), list(2));
+                std::thread::spawn(move || store.replace(relist, ResourceVersion(2)))
+            };
+            let mut snapshots = Vec::new();
+            while !writer.is_finished() {
+                snapshots.push(store.snapshot());
+            }
+            writer.join().unwrap();
+            for snapshot in &snapshots {
+                let rv = snapshot.resource_version.0;
+                assert_eq!(snapshot.objects.len(), KEYS);
+                assert!(
+                    snapshot.objects.iter().all(|o| o.resource_version.0 == rv),
+                    "the snapshot at {rv} mixes the states before and after the unit"
+                );
+                let expected_seq = if rv == 1 { 0 } else { KEYS as u64 + 1 };
+                assert_eq!(snapshot.seq, expected_seq);
+            }
+            let head = store.head().seq;
+            assert_eq!(head, KEYS as u64 + 1);
+            assert_eq!(
+                store.read_after(head - HISTORY, 100).map(|e| e.len()),
+                Ok(HISTORY as usize)
+            );
+            assert!(store.read_after(head - HISTORY - 1, 100).is_err());
+            undone += store.paths.counts().1;
+            if undone > 0 {
+                break;
+            }
+        }
+        assert!(undone > 0, "some snapshot was taken inside the unit");
+    }
+
+    /// The newest event stays even when it alone is over the byte bound,
+    /// so a resume from the RV just before it still works.
+    #[test]
+    fn the_newest_event_stays_even_when_it_alone_is_over_the_byte_bound() {
+        let store = Store::with_history(
+            configmaps(),
+            HistoryLimits {
+                bytes: 10,
+                ..HistoryLimits::default()
+            },
+        );
+        store.replace(Vec::new(), ResourceVersion(1));
+        store.apply(EventKind::Added, object("a", 2, "{}"));
+        store.apply(EventKind::Added, object("b", 3, "{}"));
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(2)));
+        let cursor = store.cursor_after(ResourceVersion(2)).unwrap();
+        assert_eq!(
+            seen(&store.read_after(cursor, 10).unwrap()),
+            [(EventKind::Added, "b", 3, false)]
+        );
+    }
+
+    /// The plain accessors: object count, lookup by key, and the debug
+    /// form that logs show (the resource and the head).
+    #[test]
+    fn accessors_report_the_cached_objects_and_the_head() {
+        let store = Store::new(configmaps(), 10);
+        assert!(store.is_empty());
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        assert_eq!((store.len(), store.is_empty()), (2, false));
+        assert_eq!(
+            store.get("ns/a").map(|o| o.resource_version),
+            Some(ResourceVersion(1))
+        );
+        assert!(store.get("ns/c").is_none());
+        let debug = format!("{store:?}");
+        assert!(
+            debug.contains("ConfigMap") && debug.contains("resource_version: ResourceVersion(2)"),
+            "{debug}"
+        );
     }
 }

@@ -1320,4 +1320,217 @@ pub(crate) mod tests {
             [Ok((EventKind::Added, 21, false, "mine".into()))]
         );
     }
+
+    /// The progress interval counts from the last thing sent, not from
+    /// when the timer was armed: a subscriber sent an event at 30 s gets
+    /// its progress bookmark at 90 s, not at 60 s.
+    #[tokio::test(start_paused = true)]
+    async fn the_progress_interval_counts_from_the_last_delivery() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mut stream = stream_of(
+            &store,
+            spec("app=mine", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        );
+        let started = tokio::time::Instant::now();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(30), stream.next())
+                .await
+                .is_err(),
+            "nothing to send in the first 30 s"
+        );
+        store.apply(EventKind::Added, object("mine", 2, r#"{"app":"mine"}"#));
+        let sent = stream.next().await.unwrap().unwrap();
+        assert_eq!((sent.kind, sent.resource_version.0), (EventKind::Added, 2));
+        store.apply(EventKind::Added, object("theirs", 3, r#"{"app":"theirs"}"#));
+        let progress = stream.next().await;
+        assert_eq!(started.elapsed(), Duration::from_secs(90));
+        assert_eq!(
+            progress,
+            Some(Ok(bookmark(&store, ResourceVersion(3), Marker::None)))
+        );
+    }
+
+    /// A progress bookmark promises something new: none while nothing was
+    /// read since the last resume point, and none at all with bookmarks off.
+    #[tokio::test(start_paused = true)]
+    async fn no_progress_bookmark_without_news_or_with_bookmarks_off() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        store.apply(EventKind::Added, object("theirs", 2, r#"{"app":"theirs"}"#));
+        let hidden = |start| spec("app=mine", Start::At(ResourceVersion(start)), false);
+        let long = 3 * Limits::default().progress_interval;
+        // Read nothing after its start.
+        let mut idle = stream_of(&store, hidden(2), Limits::default());
+        assert!(tokio::time::timeout(long, idle.next()).await.is_err());
+        // Read the hidden change, but asked for no bookmarks.
+        let mut off = stream_of(
+            &store,
+            WatchSpec {
+                allow_bookmarks: false,
+                ..hidden(1)
+            },
+            Limits::default(),
+        );
+        assert!(tokio::time::timeout(long, off.next()).await.is_err());
+        // The same with bookmarks on is told it moved past the change.
+        let mut on = stream_of(&store, hidden(1), Limits::default());
+        assert_eq!(
+            on.next().await,
+            Some(Ok(bookmark(&store, ResourceVersion(2), Marker::None)))
+        );
+    }
+
+    /// A delivery that is its ring event as it is carries that ring entry,
+    /// so one encoding serves every subscriber (`crate::codec`); one that
+    /// differs from it (a filter transition) carries none.
+    #[tokio::test(start_paused = true)]
+    async fn only_deliveries_equal_to_their_ring_event_share_it() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, r#"{"app":"x"}"#)], ResourceVersion(1));
+        let mut all = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        );
+        let mut xs = stream_of(
+            &store,
+            spec("app=x", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        );
+        store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
+        store.apply(EventKind::Modified, object("a", 3, r#"{"app":"x"}"#));
+        store.apply(EventKind::Modified, object("a", 4, r#"{"app":"x"}"#));
+        store.bookmark(ResourceVersion(5));
+        // A relist that finds nothing changed: a unit of its close alone.
+        store.replace(vec![object("a", 4, r#"{"app":"x"}"#)], ResourceVersion(7));
+        let ring = store.read_after(0, 10).unwrap();
+        assert_eq!(ring.len(), 5);
+        async fn shared(
+            stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+        ) -> Vec<(EventKind, u64, Option<u64>)> {
+            let mut out = Vec::new();
+            while let Ok(Some(item)) =
+                tokio::time::timeout(Duration::from_millis(50), stream.next()).await
+            {
+                let d = item.unwrap();
+                out.push((d.kind, d.resource_version.0, d.unchanged.map(|u| u.0.seq)));
+            }
+            out
+        }
+        use EventKind::*;
+        assert_eq!(
+            shared(&mut all).await,
+            [
+                (Modified, 2, Some(1)),
+                (Modified, 3, Some(2)),
+                (Modified, 4, Some(3)),
+                (Bookmark, 5, Some(4)),
+                (Bookmark, 7, Some(5)),
+            ]
+        );
+        assert_eq!(
+            shared(&mut xs).await,
+            [
+                (Deleted, 2, None),
+                (Added, 3, None),
+                (Modified, 4, Some(3)),
+                (Bookmark, 5, Some(4)),
+                (Bookmark, 7, Some(5)),
+            ]
+        );
+        // Equal means the same ring entry, whatever the entries say.
+        assert_eq!(Unchanged(ring[2].clone()), Unchanged(ring[2].clone()));
+        assert_ne!(Unchanged(ring[2].clone()), Unchanged(ring[3].clone()));
+    }
+
+    /// With initial events asked for, a resourceVersion is a minimum
+    /// freshness, not a resume point: a snapshot at least that new comes
+    /// first, then its end bookmark.
+    #[tokio::test(start_paused = true)]
+    async fn initial_events_from_an_rv_are_a_snapshot_not_a_resume() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        store.apply(EventKind::Added, object("c", 3, "{}"));
+        let mut stream = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(2)), true),
+            Limits::default(),
+        );
+        use EventKind::*;
+        assert_eq!(
+            deliveries(&mut stream).await,
+            [
+                Ok((Added, 3, false, "a".into())),
+                Ok((Added, 3, false, "b".into())),
+                Ok((Added, 3, false, "c".into())),
+                Ok((Bookmark, 3, false, String::new())),
+            ]
+        );
+    }
+
+    /// After an exact count of what a filtered subscriber owes, the head
+    /// may move only as far as that count left room before the next one:
+    /// the subscriber owing exactly the bound stays, and it is cut off as
+    /// soon as it owes more, in events or in bytes.
+    #[tokio::test(start_paused = true)]
+    async fn an_exact_lag_count_is_repeated_once_the_head_uses_up_its_room() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mine = |rv: u64| object(&format!("o{rv}"), rv, r#"{"app":"mine"}"#);
+        // The bytes of one of o7..o9; o10 and later are one byte longer.
+        let size = mine(7).json.len() as u64;
+        let by_events = Limits {
+            max_lag_events: 2,
+            ..Limits::default()
+        };
+        let by_bytes = Limits {
+            max_lag_bytes: 3 * size,
+            ..Limits::default()
+        };
+        let start = || spec("app=mine", Start::At(ResourceVersion(1)), false);
+        let [mut a, mut b, mut d] = [(); 3].map(|()| stream_of(&store, start(), by_events));
+        let [mut c, mut e] = [(); 2].map(|()| stream_of(&store, start(), by_bytes));
+        for stream in [&mut a, &mut b, &mut c, &mut d, &mut e] {
+            assert!(deliveries(stream).await.is_empty());
+        }
+        // Five changes they do not see: more than either bound behind in
+        // all, so A, B and C count exactly, owe nothing, and have room.
+        for rv in 2..=6 {
+            store.apply(
+                EventKind::Added,
+                object(&format!("t{rv}"), rv, r#"{"app":"theirs"}"#),
+            );
+        }
+        for stream in [&mut a, &mut b, &mut c] {
+            assert!(deliveries(stream).await.is_empty());
+        }
+        let got = |rvs: &[u64]| -> Vec<Result<(EventKind, u64, bool, String), WatchError>> {
+            rvs.iter()
+                .map(|rv| Ok((EventKind::Added, *rv, false, format!("o{rv}"))))
+                .collect()
+        };
+        let lagged = |rv| {
+            vec![Err(WatchError::Lagged {
+                resume_from: ResourceVersion(rv),
+            })]
+        };
+        store.apply(EventKind::Added, mine(7));
+        store.apply(EventKind::Added, mine(8));
+        assert_eq!(deliveries(&mut d).await, got(&[7, 8]), "owes the bound");
+        store.apply(EventKind::Added, mine(9));
+        assert_eq!(deliveries(&mut a).await, lagged(1), "owes three events");
+        assert_eq!(deliveries(&mut e).await, got(&[7, 8, 9]), "owes the bound");
+        store.apply(EventKind::Added, mine(10));
+        assert_eq!(deliveries(&mut b).await, lagged(1), "owes four events");
+        assert_eq!(deliveries(&mut c).await, lagged(1), "owes four objects");
+        store.apply(EventKind::Added, mine(11));
+        assert_eq!(deliveries(&mut d).await, lagged(8), "owes 9, 10 and 11");
+        store.apply(EventKind::Added, mine(12));
+        assert_eq!(deliveries(&mut e).await, lagged(9), "owes 10, 11 and 12");
+    }
 }
