@@ -538,7 +538,10 @@ mod tests {
             "k=".into(),
             "a-b_c.9=v-w_x.0".into(),
         ] {
-            assert!(Filter::new("", &good, "").is_ok(), "{good}");
+            assert!(
+                Filter::new("", &good, "", &SelectableFields::default()).is_ok(),
+                "{good}"
+            );
         }
         let key = "not a valid label key";
         let value = "not a valid label value";
@@ -554,7 +557,9 @@ mod tests {
             ("k=-v".into(), value),
             ("k=v-".into(), value),
         ] {
-            let err = Filter::new("", &bad, "").unwrap_err().to_string();
+            let err = Filter::new("", &bad, "", &SelectableFields::default())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(why), "{bad}: {err}");
         }
     }

@@ -1348,7 +1348,12 @@ pub(crate) mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(90));
         assert_eq!(
             progress,
-            Some(Ok(bookmark(&store, ResourceVersion(3), Marker::None)))
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(3),
+                Marker::None,
+                Projection::default()
+            )))
         );
     }
 
@@ -1378,7 +1383,12 @@ pub(crate) mod tests {
         let mut on = stream_of(&store, hidden(1), Limits::default());
         assert_eq!(
             on.next().await,
-            Some(Ok(bookmark(&store, ResourceVersion(2), Marker::None)))
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(2),
+                Marker::None,
+                Projection::default()
+            )))
         );
     }
 
