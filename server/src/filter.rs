@@ -156,14 +156,19 @@ fn check_key(key: &str) -> Result<String, String> {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    let prefix_ok = prefix.len() <= 253
-        && prefix
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
-        // A slash with nothing before it ("/name") is an empty prefix,
-        // which Kubernetes refuses; a prefix of valid characters never
-        // starts with one.
-        && !key.starts_with('/');
+    // A DNS-1123 subdomain: dot-separated parts of lowercase letters,
+    // digits and '-', each starting and ending with a letter or digit. A
+    // slash with nothing before it ("/name") is an empty prefix, which
+    // Kubernetes refuses too.
+    let part_ok = |part: &str| {
+        part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let prefix_ok =
+        prefix.len() <= 253 && (key.rsplit_once('/').is_none() || prefix.split('.').all(part_ok));
     if name_ok && prefix_ok {
         Ok(key.to_owned())
     } else {
@@ -551,6 +556,9 @@ mod tests {
             ("Example.com/a".into(), key),
             ("exa_mple.com/a".into(), key),
             ("/a".into(), key),
+            ("-a.com/x".into(), key),
+            ("a-.com/x".into(), key),
+            ("a..com/x".into(), key),
             ("-a".into(), key),
             ("a-".into(), key),
             (format!("k={}", "a".repeat(64)), value),
