@@ -995,11 +995,20 @@ pub(crate) mod tests {
         store.replace(Vec::new(), ResourceVersion(100));
         const KEYS: u64 = 3_000;
         const ROUNDS: u64 = 40;
+        // Whether a snapshot lands inside a unit is up to the scheduler:
+        // the writer goes on past ROUNDS until both snapshot paths have
+        // run (bounded so that every event stays in the ring).
+        const MAX_ROUNDS: u64 = 300;
+        let both_paths = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
             let store = store.clone();
+            let both_paths = both_paths.clone();
             std::thread::spawn(move || {
                 let mut rv = 100;
-                for round in 0..ROUNDS {
+                for round in 0..MAX_ROUNDS {
+                    if round >= ROUNDS && both_paths.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
                     for i in 0..50 {
                         rv += 1;
                         store.apply(EventKind::Added, object(&format!("live-{i}"), rv, "{}"));
@@ -1023,6 +1032,10 @@ pub(crate) mod tests {
         let mut snapshots = Vec::new();
         while !writer.is_finished() {
             snapshots.push(store.snapshot());
+            let (replayed, undone) = store.paths.counts();
+            if replayed > 0 && undone > 0 {
+                both_paths.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         writer.join().unwrap();
         let (replayed, undone) = store.paths.counts();
