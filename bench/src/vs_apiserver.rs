@@ -284,7 +284,7 @@ impl Bench {
         };
         for _ in 0..600 {
             let text = std::fs::read_to_string(&fanout.log)?;
-            if text.contains("all resource types synced") {
+            if text.contains("every resource type synced") {
                 self.fanout = Some(fanout);
                 return Ok(());
             }
