@@ -64,9 +64,9 @@ type apiWatch struct {
 	buf   []byte
 }
 
-// watchAPI opens `GET .../configmaps?watch=1` with extra query parameters.
-func watchAPI(ctx context.Context, cs *kubernetes.Clientset, contentType, ns string, params map[string]string) (*apiWatch, error) {
-	req := cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("configmaps").
+// watchAPI opens `GET .../<resource>?watch=1` with extra query parameters.
+func watchAPI(ctx context.Context, cs *kubernetes.Clientset, contentType, ns, resource string, params map[string]string) (*apiWatch, error) {
+	req := cs.CoreV1().RESTClient().Get().Namespace(ns).Resource(resource).
 		Param("watch", "true").Param("timeoutSeconds", "3600").
 		SetHeader("Accept", contentType+";stream=watch")
 	for k, v := range params {
@@ -124,19 +124,37 @@ func newFanoutDialer(addr, caFile string) (*fanoutDialer, error) {
 	return &fanoutDialer{addr: addr, creds: creds}, nil
 }
 
-// fanoutWatch is one kube-fanout Watch on its own channel.
+// fanoutWatch is one kube-fanout Watch, on its own channel (conn set) or
+// on one it shares (conn nil: its owner closes it).
 type fanoutWatch struct {
 	conn   *grpc.ClientConn
 	stream grpc.ServerStreamingClient[pb.WatchEvent]
 	cancel context.CancelFunc
 }
 
-func (d *fanoutDialer) watch(ctx context.Context, req *pb.WatchRequest) (*fanoutWatch, error) {
-	conn, err := grpc.NewClient("passthrough:///"+d.addr, grpc.WithTransportCredentials(d.creds),
+// channel is a new gRPC channel: one connection, opened on first use.
+func (d *fanoutDialer) channel() (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+d.addr, grpc.WithTransportCredentials(d.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+}
+
+// watch opens a Watch on a channel of its own.
+func (d *fanoutDialer) watch(ctx context.Context, req *pb.WatchRequest) (*fanoutWatch, error) {
+	conn, err := d.channel()
 	if err != nil {
 		return nil, err
 	}
+	w, err := watchOn(ctx, conn, req)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	w.conn = conn
+	return w, nil
+}
+
+// watchOn opens a Watch on a shared channel.
+func watchOn(ctx context.Context, conn *grpc.ClientConn, req *pb.WatchRequest) (*fanoutWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := pb.NewKubeFanoutClient(conn).Watch(ctx, req)
 	if err == nil {
@@ -145,10 +163,9 @@ func (d *fanoutDialer) watch(ctx context.Context, req *pb.WatchRequest) (*fanout
 	}
 	if err != nil {
 		cancel()
-		conn.Close()
 		return nil, err
 	}
-	return &fanoutWatch{conn: conn, stream: stream, cancel: cancel}, nil
+	return &fanoutWatch{stream: stream, cancel: cancel}, nil
 }
 
 func (w *fanoutWatch) next() ([]byte, error) {
@@ -161,7 +178,9 @@ func (w *fanoutWatch) next() ([]byte, error) {
 
 func (w *fanoutWatch) close() {
 	w.cancel()
-	w.conn.Close()
+	if w.conn != nil {
+		w.conn.Close()
+	}
 }
 
 func configMaps() *pb.ResourceRef { return &pb.ResourceRef{Version: "v1", Resource: "configmaps"} }

@@ -193,7 +193,7 @@ func field(b []byte, num protowire.Number) []byte {
 func watchList(ctx context.Context, cs *kubernetes.Clientset, ns string) (int64, int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := watchAPI(ctx, cs, protoType, ns, map[string]string{
+	w, err := watchAPI(ctx, cs, protoType, ns, "configmaps", map[string]string{
 		"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan", "allowWatchBookmarks": "true",
 	})
 	if err != nil {

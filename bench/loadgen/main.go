@@ -9,6 +9,8 @@
 //	loadgen steady -target apiserver-json|apiserver-proto|fanout|floor|none ...
 //	loadgen herd   -target list|paged|watchlist|fanout ...
 //	loadgen idle   -fanout ADDR -watchers 10000 ...
+//	loadgen pods   -kubeconfig F -namespace nodes -pods 5000
+//	loadgen nodes  -target apiserver-proto|fanout|none -watchers 5000 -connections 100 ...
 package main
 
 import (
@@ -24,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen setup|steady|herd|idle|floor-server [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen setup|steady|herd|idle|pods|nodes|floor-server [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -38,6 +40,10 @@ func main() {
 		result, err = orNil(herd(os.Args[2:]))
 	case "idle":
 		result, err = orNil(idle(os.Args[2:]))
+	case "pods":
+		err = setupPods(os.Args[2:])
+	case "nodes":
+		result, err = orNil(nodes(os.Args[2:]))
 	case "floor-server":
 		err = floorServer(os.Args[2:])
 	default:

@@ -79,20 +79,21 @@ func setup(args []string) error {
 	}
 }
 
-// writer patches the stamp of ConfigMap (k mod objects) at a fixed rate,
-// from a pool of goroutines on one client (one connection, as one writing
-// controller has), so a slow answer delays no later write.
+// writer makes write k at a fixed rate, from a pool of goroutines on one
+// client (one connection, as one writing controller has), so a slow answer
+// delays no later write.
 type writer struct {
-	cs      *kubernetes.Clientset
-	ns      string
-	objects int
+	write func(ctx context.Context, k int) error
 }
 
-func (w *writer) write(ctx context.Context, k int) error {
-	patch := fmt.Sprintf(`{"data":{"stamp":%q}}`, stampValue(time.Now().UnixNano()))
-	_, err := w.cs.CoreV1().ConfigMaps(w.ns).Patch(ctx, fmt.Sprintf("cm-%05d", k%w.objects),
-		types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+// configMapWriter patches the stamp of ConfigMap (k mod objects).
+func configMapWriter(cs *kubernetes.Clientset, ns string, objects int) *writer {
+	return &writer{write: func(ctx context.Context, k int) error {
+		patch := fmt.Sprintf(`{"data":{"stamp":%q}}`, stampValue(time.Now().UnixNano()))
+		_, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, fmt.Sprintf("cm-%05d", k%objects),
+			types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}}
 }
 
 // run writes count times at rate per second; returns when all are answered.
@@ -172,7 +173,7 @@ func steady(args []string) (*steadyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{cs: writerClient, ns: *ns, objects: *objects}
+	w := configMapWriter(writerClient, *ns, *objects)
 
 	var floor *floorWriter
 	if *target == "floor" {
@@ -211,7 +212,7 @@ func steady(args []string) (*steadyResult, error) {
 			if err != nil {
 				return err
 			}
-			streams[i], err = watchAPI(ctx, cs, ct, *ns, map[string]string{"resourceVersion": list.ResourceVersion})
+			streams[i], err = watchAPI(ctx, cs, ct, *ns, "configmaps", map[string]string{"resourceVersion": list.ResourceVersion})
 			return err
 		case "fanout":
 			streams[i], err = dialer.watch(ctx, &pb.WatchRequest{Resource: configMaps(), Namespace: *ns})

@@ -35,6 +35,10 @@ pub enum Case {
     Herd,
     /// 10,000 idle kube-fanout subscribers, each on its own connection.
     Idle,
+    /// Node-scoped pod watchers (`spec.nodeName=node-<i>`, issue 12) at
+    /// `--rate` pod writes/s spread over the nodes: kube-fanout serving
+    /// `v1/pods` against the API server (protobuf).
+    Nodes,
 }
 
 /// Arguments of `vs-apiserver`.
@@ -67,6 +71,13 @@ pub struct Args {
     /// Idle subscribers.
     #[arg(long, default_value_t = 10_000)]
     idle_watchers: usize,
+    /// Node watcher counts of the nodes case.
+    #[arg(long, value_delimiter = ',', default_values_t = [500, 5000])]
+    nodes: Vec<usize>,
+    /// Connections the node watchers share, one per `--nodes` count (as
+    /// many as watchers: each on its own).
+    #[arg(long, value_delimiter = ',', default_values_t = [500, 100])]
+    nodes_connections: Vec<usize>,
     /// A kube-fanout binary to measure instead of this tree's release
     /// build, to compare two builds.
     #[arg(long)]
@@ -158,7 +169,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if cases.contains(&Case::Herd) {
         bench.loadgen_setup("herd", bench.args.herd_objects).await?;
     }
-    bench.restart_fanout().await?;
+    if cases.contains(&Case::Nodes) {
+        let pods = bench.args.nodes.iter().max().copied().unwrap_or(0);
+        eprintln!("creating {pods} pods in nodes, one per node");
+        status(Command::new(&bench.loadgen).args([
+            "pods",
+            "-kubeconfig",
+            &bench.kubeconfig(),
+            "-pods",
+            &pods.to_string(),
+        ]))
+        .await?;
+    }
+    bench.restart_fanout("v1/configmaps").await?;
     let mut out = String::new();
     for case in cases {
         out.push_str(&match case {
@@ -180,8 +203,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Case::Idle => {
                 // A fresh process: memory freed by earlier cases would be
                 // reused by the subscribers without showing in RSS.
-                bench.restart_fanout().await?;
+                bench.restart_fanout("v1/configmaps").await?;
                 bench.idle().await?
+            }
+            Case::Nodes => {
+                bench.restart_fanout("v1/pods").await?;
+                let mut tables = String::new();
+                let args = bench.args.clone();
+                if args.nodes.len() != args.nodes_connections.len() {
+                    bail!("--nodes and --nodes-connections differ in length");
+                }
+                for (&watchers, &connections) in args.nodes.iter().zip(&args.nodes_connections) {
+                    tables.push_str(&bench.nodes(watchers, connections).await?);
+                }
+                tables
             }
         });
     }
@@ -218,22 +253,16 @@ impl Bench {
         .await
     }
 
-    /// Stops kube-fanout if running and starts it again, waiting until it
-    /// has synced.
-    async fn restart_fanout(&mut self) -> anyhow::Result<()> {
+    /// Stops kube-fanout if running and starts it again serving
+    /// `resource`, waiting until it has synced.
+    async fn restart_fanout(&mut self, resource: &str) -> anyhow::Result<()> {
         self.fanout = None;
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let log = self.cp.dir().join("kube-fanout.log");
         let file = std::fs::File::create(&log)?;
         let child = tied_command(&self.fanout_bin)
-            .args([
-                "--resource",
-                "v1/configmaps",
-                "--auth=none",
-                "--listen",
-                &addr,
-            ])
+            .args(["--resource", resource, "--auth=none", "--listen", &addr])
             // Without authentication the caller is the client address, so
             // every watcher here (all from 127.0.0.1) would be one caller;
             // they stand for separate controllers.
@@ -255,7 +284,7 @@ impl Bench {
         };
         for _ in 0..600 {
             let text = std::fs::read_to_string(&fanout.log)?;
-            if text.contains("all resource types synced") {
+            if text.contains("every resource type synced") {
                 self.fanout = Some(fanout);
                 return Ok(());
             }
@@ -394,6 +423,33 @@ impl Bench {
             runs.push(result);
         }
         Ok(herd_table(&self.args, &runs))
+    }
+
+    /// The node-scoped case at `watchers` nodes over `connections`: the
+    /// API server's writes-only baseline, the API server, kube-fanout.
+    async fn nodes(&self, watchers: usize, connections: usize) -> anyhow::Result<String> {
+        let mut runs = BTreeMap::new();
+        for target in ["none", "apiserver-proto", "fanout"] {
+            let result = self
+                .loadgen(
+                    "nodes",
+                    &[
+                        "-target".into(),
+                        target.into(),
+                        "-watchers".into(),
+                        watchers.to_string(),
+                        "-connections".into(),
+                        connections.to_string(),
+                        "-rate".into(),
+                        self.args.rate.to_string(),
+                        "-seconds".into(),
+                        self.args.seconds.to_string(),
+                    ],
+                )
+                .await?;
+            runs.insert(target, result);
+        }
+        Ok(nodes_table(&runs))
     }
 
     /// Memory per idle subscriber, each on its own connection.
@@ -568,6 +624,98 @@ fn herd_table(args: &Args, runs: &[Value]) -> String {
         down(wall * 1e3, 1),
         down(bytes / 1e6 / wall, 0),
         down(cpu(one, "kube-fanout") * 1e3, 0)
+    );
+    out
+}
+
+/// The nodes case laid out: server CPU per event (each event is one
+/// delivery, to its node's watcher), latency, open time and memory.
+fn nodes_table(runs: &BTreeMap<&str, Value>) -> String {
+    let baseline = cpu(&runs["none"], "kube-apiserver");
+    let server_cpu = |target: &str| match target {
+        "fanout" => cpu(&runs[target], "kube-fanout"),
+        _ => cpu(&runs[target], "kube-apiserver") - baseline,
+    };
+    let per_event = |target: &str| {
+        server_cpu(target) / runs[target]["writes"].as_f64().unwrap_or(f64::NAN) * 1e6
+    };
+    let (api, fanout) = (&runs["apiserver-proto"], &runs["fanout"]);
+    let row = |label: &str, cell: &dyn Fn(&Value, &str) -> String| {
+        format!(
+            "| {label} | {} | {} |\n",
+            cell(api, "apiserver-proto"),
+            cell(fanout, "fanout")
+        )
+    };
+    let mut out = format!(
+        "\n### {} node watchers over {} connections, {} pod writes in {} s\n\n\
+         | | kube-apiserver (protobuf) | kube-fanout (TLS) |\n|---|---|---|\n",
+        fanout["watchers"],
+        fanout["connections"],
+        fanout["writes"],
+        down(fanout["wall_s"].as_f64().unwrap_or(0.0), 1)
+    );
+    out += &row(
+        "deliveries (all checked, each to its node's watcher)",
+        &|r, _| match r["error"].as_str() {
+            Some(error) => format!(
+                "**{} of {}, incomplete**: {error}",
+                r["delivered"], r["expected"]
+            ),
+            None => format!("{}", r["delivered"]),
+        },
+    );
+    out += &row("server CPU in the window", &|_, t| {
+        format!("{} s", down(server_cpu(t), 2))
+    });
+    out += &row("server CPU per event = per delivery", &|_, t| {
+        format!("{} µs", down(per_event(t), 1))
+    });
+    // kube-fanout's own baseline: its reflector following the same
+    // writes with no watcher open (measured in the writes-only run).
+    let fanout_baseline = cpu(&runs["none"], "kube-fanout");
+    out += &row(
+        "... above its own writes-only baseline, per delivery",
+        &|r, t| {
+            let own = if t == "fanout" {
+                cpu(r, "kube-fanout") - fanout_baseline
+            } else {
+                server_cpu(t)
+            };
+            format!(
+                "{} µs",
+                down(own / r["writes"].as_f64().unwrap_or(f64::NAN) * 1e6, 1)
+            )
+        },
+    );
+    out += &row("latency p50 / p99 / max", &|r, _| {
+        let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
+        format!(
+            "{} / {} / {} ms",
+            ms("p50_ms", 2),
+            ms("p99_ms", 2),
+            ms("max_ms", 1)
+        )
+    });
+    out += &row("time to open the watches (32 at a time)", &|r, _| {
+        format!("{} s", down(r["open_s"].as_f64().unwrap_or(0.0), 1))
+    });
+    out += &row("server RSS at the window's end", &|r, t| {
+        let process = if t == "fanout" {
+            "kube-fanout"
+        } else {
+            "kube-apiserver"
+        };
+        mib(&r["procs"][process]["rss_end"])
+    });
+    out += &format!(
+        "\nWrites-only baseline (no watcher open): kube-apiserver {} s CPU, kube-fanout {} s (its reflector), for {} writes. \
+         kube-apiserver's CPU rows are above its baseline; kube-fanout's first is all its own CPU. \
+         kube-apiserver / kube-fanout per delivery: {}.\n",
+        down(baseline, 2),
+        down(fanout_baseline, 2),
+        runs["none"]["writes"],
+        down(per_event("apiserver-proto") / per_event("fanout"), 2)
     );
     out
 }
