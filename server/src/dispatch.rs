@@ -346,7 +346,10 @@ mod tests {
         filter::Filter,
         object::{ResourceVersion, Transform, TypeMeta},
         projection::Projection,
-        store::{EventKind, Store, tests::configmaps},
+        store::{
+            EventKind, Store,
+            tests::{configmaps, object_in},
+        },
         subscription::{
             Limits, Start, WatchSpec,
             tests::{deliveries as ready, stream_of},
@@ -356,20 +359,7 @@ mod tests {
 
     /// A ConfigMap `ns/name` at `rv`.
     fn cm(ns: &str, name: &str, rv: u64) -> Object {
-        let raw = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}}}}"#
-        );
-        let meta = TypeMeta {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-        };
-        Object::from_json(
-            &raw,
-            &meta,
-            &SelectableFields::default(),
-            Transform::default(),
-        )
-        .unwrap()
+        object_in(ns, name, rv, "{}")
     }
 
     fn spec(namespace: &str, start: Start, allow_bookmarks: bool) -> WatchSpec {

@@ -862,8 +862,13 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn object(name: &str, rv: u64, labels: &str) -> Object {
+        object_in("ns", name, rv, labels)
+    }
+
+    /// A ConfigMap `namespace/name` at `rv` with `labels` (a JSON object).
+    pub(crate) fn object_in(namespace: &str, name: &str, rv: u64, labels: &str) -> Object {
         let raw = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{labels}}}}}"#
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{namespace}","resourceVersion":"{rv}","labels":{labels}}}}}"#
         );
         let meta = TypeMeta {
             api_version: "v1".into(),
