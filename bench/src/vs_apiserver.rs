@@ -481,6 +481,17 @@ impl Bench {
     }
 }
 
+/// A run's latency percentiles, as the tables show them.
+fn latency(r: &Value) -> String {
+    let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
+    format!(
+        "{} / {} / {} ms",
+        ms("p50_ms", 2),
+        ms("p99_ms", 2),
+        ms("max_ms", 1)
+    )
+}
+
 fn mib(bytes: &Value) -> String {
     format!(
         "{} MiB",
@@ -539,16 +550,7 @@ fn steady_table(watchers: usize, rate: f64, seconds: f64, runs: &BTreeMap<&str, 
         format!("{} µs", down(per_delivery(c), 2))
     });
     out += &row("... / the floor", &|c| down(per_delivery(c) / floor, 2));
-    out += &row("latency p50 / p99 / max", &|c| {
-        let r = &runs[c];
-        let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
-        format!(
-            "{} / {} / {} ms",
-            ms("p50_ms", 2),
-            ms("p99_ms", 2),
-            ms("max_ms", 1)
-        )
-    });
+    out += &row("latency p50 / p99 / max", &|c| latency(&runs[c]));
     out += &row("server RSS at the window's end", &|c| {
         let process = match c {
             "fanout" => "kube-fanout",
@@ -688,15 +690,7 @@ fn nodes_table(runs: &BTreeMap<&str, Value>) -> String {
             )
         },
     );
-    out += &row("latency p50 / p99 / max", &|r, _| {
-        let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
-        format!(
-            "{} / {} / {} ms",
-            ms("p50_ms", 2),
-            ms("p99_ms", 2),
-            ms("max_ms", 1)
-        )
-    });
+    out += &row("latency p50 / p99 / max", &|r, _| latency(r));
     out += &row("time to open the watches (32 at a time)", &|r, _| {
         format!("{} s", down(r["open_s"].as_f64().unwrap_or(0.0), 1))
     });
