@@ -34,17 +34,9 @@ func setupPods(args []string) error {
 	ns := fs.String("namespace", "nodes", "namespace")
 	pods := fs.Int("pods", 5000, "pods, one per node")
 	fs.Parse(args)
-	cfg, err := restConfig(*kubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: *ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	cs, err := clientsetWithNamespace(ctx, *kubeconfig, *ns)
+	if err != nil {
 		return err
 	}
 	return openAll(*pods, 16, func(i int) error {

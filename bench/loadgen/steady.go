@@ -31,17 +31,9 @@ func setup(args []string) error {
 	objects := fs.Int("objects", 100, "ConfigMaps")
 	size := fs.Int("size", 1024, "bytes of data per ConfigMap")
 	fs.Parse(args)
-	cfg, err := restConfig(*kubeconfig)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: *ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	cs, err := clientsetWithNamespace(ctx, *kubeconfig, *ns)
+	if err != nil {
 		return err
 	}
 	jobs := make(chan int)
@@ -466,4 +458,22 @@ func floorServer(args []string) error {
 		}
 	}
 	return nil
+}
+
+// clientsetWithNamespace is a client of the API server of kubeconfig, with
+// the namespace ns created if it is missing.
+func clientsetWithNamespace(ctx context.Context, kubeconfig, ns string) (*kubernetes.Clientset, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return cs, nil
 }
