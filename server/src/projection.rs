@@ -21,11 +21,15 @@
 //! [`crate::codec::Encodings`]), so an event is encoded at most once for
 //! all full subscribers and once for all metadata subscribers.
 //!
-//! The lag bound (`--max-lag-bytes`) still counts an event's full JSON for
-//! a metadata subscriber: the ring keeps one byte count for everyone, so
-//! such a subscriber is cut off by the bytes it would have had to receive
-//! in full, earlier than its own stream warrants (conservative, never
-//! later).
+//! The lag bound (`--max-lag-bytes`) counts what a metadata subscriber
+//! receives: its exact count sums the projections' lengths (making them,
+//! as its deliveries would). The ring keeps one running byte count, of
+//! full JSON, for everyone, which only decides when the next exact count
+//! is due. A projection is shorter than its object unless the object has
+//! little besides its metadata (then `PartialObjectMetadata` and
+//! `meta.k8s.io/v1` are longer than its own kind and apiVersion), so for
+//! such objects a metadata subscriber can owe a little more than the
+//! byte bound before it is counted again; the event bound is exact.
 
 use std::sync::{Arc, OnceLock};
 
@@ -67,6 +71,15 @@ impl Projection {
                 .0
                 .get_or_init(|| partial_object_metadata(&object.json))
                 .clone(),
+        }
+    }
+
+    /// The length of `object`'s JSON as this projection shows it (for
+    /// metadata, made on first use like [`Projection::json`]).
+    pub fn bytes(self, object: &Object) -> u64 {
+        match self {
+            Projection::Full => object.json.len() as u64,
+            Projection::Metadata => self.json(object).len() as u64,
         }
     }
 

@@ -98,9 +98,10 @@ pub struct Limits {
     pub progress_interval: Duration,
     /// A subscriber that has more than this many events to receive...
     pub max_lag_events: u64,
-    /// ...or more than this many bytes of objects, counting only events
-    /// its filter lets through that arrived since its stream started, is
-    /// cut off with [`WatchError::Lagged`].
+    /// ...or more than this many bytes of objects as it receives them
+    /// (only their metadata for a metadata-only subscriber), counting only
+    /// events its filter lets through that arrived since its stream
+    /// started, is cut off with [`WatchError::Lagged`].
     pub max_lag_bytes: u64,
 }
 
@@ -643,9 +644,12 @@ impl LagBound {
             let Some(last) = batch.last() else { break };
             at = last.seq;
             for event in batch.iter().filter(|e| e.seq <= head.seq) {
-                if visible(spec, event).is_some() {
+                if let Some((_, shown)) = visible(spec, event) {
                     owed_events += 1;
-                    owed_bytes += event.bytes();
+                    // What this subscriber will be sent: a metadata-only
+                    // subscriber owes the objects' metadata, not their
+                    // full JSON.
+                    owed_bytes += spec.projection.bytes(shown);
                 }
             }
             if owed_events > limits.max_lag_events || owed_bytes > limits.max_lag_bytes {
@@ -1480,6 +1484,104 @@ pub(crate) mod tests {
                 Ok((Added, 3, false, "c".into())),
                 Ok((Bookmark, 3, false, String::new())),
             ]
+        );
+    }
+
+    /// A metadata-only subscriber owes the metadata of the objects it is
+    /// behind on, not their full JSON: with objects mostly data, a bound
+    /// of three objects' metadata cuts off a full subscriber at once and
+    /// the metadata subscriber only when it owes a fourth.
+    #[tokio::test(start_paused = true)]
+    async fn a_metadata_subscriber_is_held_to_the_bytes_it_receives() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let big = |rv: u64| {
+            let raw = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"o{rv}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"d":"{}"}}}}"#,
+                "x".repeat(4096)
+            );
+            Object::from_json(
+                &raw,
+                &crate::object::TypeMeta {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                },
+                &crate::fields::SelectableFields::default(),
+                crate::object::Transform::default(),
+            )
+            .unwrap()
+        };
+        let metadata_size = Projection::Metadata.bytes(&big(2));
+        assert!(big(2).json.len() as u64 > 3 * metadata_size);
+        let limits = Limits {
+            max_lag_bytes: 3 * metadata_size,
+            ..Limits::default()
+        };
+        let start = |projection| WatchSpec {
+            projection,
+            ..spec("", Start::At(ResourceVersion(1)), false)
+        };
+        let mut full = stream_of(&store, start(Projection::Full), limits);
+        let mut metadata = stream_of(&store, start(Projection::Metadata), limits);
+        for stream in [&mut full, &mut metadata] {
+            assert!(deliveries(stream).await.is_empty());
+        }
+        let lagged = |rv| {
+            vec![Err(WatchError::Lagged {
+                resume_from: ResourceVersion(rv),
+            })]
+        };
+        for rv in 2..=4 {
+            store.apply(EventKind::Added, big(rv));
+        }
+        assert_eq!(deliveries(&mut full).await, lagged(1));
+        assert_eq!(
+            deliveries(&mut metadata).await,
+            (2..=4)
+                .map(|rv| Ok((EventKind::Added, rv, false, format!("o{rv}"))))
+                .collect::<Vec<_>>(),
+            "three objects' metadata is within the bound"
+        );
+        for rv in 5..=8 {
+            store.apply(EventKind::Added, big(rv));
+        }
+        assert_eq!(deliveries(&mut metadata).await, lagged(4));
+    }
+
+    /// An exact count leaves the head room for exactly the bytes the bound
+    /// still allows: an event that uses up that room and one byte more
+    /// is counted again, so the subscriber is cut off by it, not by the
+    /// next one.
+    #[tokio::test(start_paused = true)]
+    async fn the_byte_after_the_counted_room_is_counted() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mine = object("o7", 7, r#"{"app":"mine"}"#);
+        let limits = Limits {
+            max_lag_bytes: mine.json.len() as u64 - 1,
+            ..Limits::default()
+        };
+        let mut stream = stream_of(
+            &store,
+            spec("app=mine", Start::At(ResourceVersion(1)), false),
+            limits,
+        );
+        assert!(deliveries(&mut stream).await.is_empty());
+        // More bytes than the bound, none of them for this subscriber: it
+        // counts exactly, owes nothing, and has the whole bound as room.
+        for rv in 2..=6 {
+            store.apply(
+                EventKind::Added,
+                object(&format!("t{rv}"), rv, r#"{"app":"theirs"}"#),
+            );
+        }
+        assert!(deliveries(&mut stream).await.is_empty());
+        store.apply(EventKind::Added, mine);
+        assert_eq!(
+            deliveries(&mut stream).await,
+            [Err(WatchError::Lagged {
+                resume_from: ResourceVersion(1)
+            })]
         );
     }
 
