@@ -315,7 +315,9 @@ type WatchEvent struct {
 	// The object as JSON, as the API server sent it (minus
 	// metadata.managedFields), or its PartialObjectMetadata (metadata_only).
 	// A BOOKMARK carries only apiVersion, kind and metadata.resourceVersion
-	// (and the initial-events-end annotation).
+	// (and the initial-events-end annotation). In a re-sync unit the objects
+	// keep their own metadata.resourceVersion (a DELETED's is that of the
+	// state it removes); the unit's is resource_version.
 	Object string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
 	// Part of a re-sync unit (see Watch): ADDED, MODIFIED or DELETED events
 	// with resync=true are applied together when the BOOKMARK with
