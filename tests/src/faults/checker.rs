@@ -316,7 +316,7 @@ impl Checker<'_> {
             let after = change
                 .object
                 .as_ref()
-                .filter(|o| self.filter.matches(&change.key, o));
+                .and_then(|o| self.filter.view(&change.key, o));
             if strict && (before || after.is_some()) {
                 missed.push(format!(
                     "{} {}@{}",
@@ -327,7 +327,7 @@ impl Checker<'_> {
             }
             match after {
                 Some(o) => {
-                    self.expected.insert(change.key.clone(), o.clone());
+                    self.expected.insert(change.key.clone(), o);
                 }
                 None => {
                     self.expected.remove(&change.key);
@@ -412,7 +412,7 @@ impl Checker<'_> {
     }
 
     fn event(&mut self, event: &WatchEvent, phase: Phase) -> Phase {
-        let d = match parse(event) {
+        let d = match parse(event, self.filter.metadata_only) {
             Ok(d) => d,
             Err(e) => {
                 self.violation(Guarantee::Protocol, summary(event), e);
@@ -532,8 +532,8 @@ impl Checker<'_> {
             let before = self.expected.contains_key(&change.key);
             let after = change
                 .object
-                .clone()
-                .filter(|o| self.filter.matches(&change.key, o));
+                .as_ref()
+                .and_then(|o| self.filter.view(&change.key, o));
             (
                 change.key.clone(),
                 expected_kind(before, after.is_some()),
@@ -779,7 +779,7 @@ fn expected_kind(before: bool, after: bool) -> &'static str {
     }
 }
 
-fn parse(event: &WatchEvent) -> Result<Delivery, String> {
+fn parse(event: &WatchEvent, metadata_only: bool) -> Result<Delivery, String> {
     let rv = event
         .resource_version
         .parse()
@@ -788,7 +788,8 @@ fn parse(event: &WatchEvent) -> Result<Delivery, String> {
     let (key, obj) = match kind {
         EventType::Bookmark => (None, None),
         EventType::Added | EventType::Modified | EventType::Deleted => {
-            let (k, o) = Obj::from_json(&event.object).map_err(|e| e.to_string())?;
+            let (k, o) =
+                Obj::from_json(&event.object, metadata_only).map_err(|e| format!("{e:#}"))?;
             (Some(k), Some(Arc::new(o)))
         }
         EventType::Unspecified => return Err("an event of no type".into()),
@@ -803,8 +804,17 @@ fn parse(event: &WatchEvent) -> Result<Delivery, String> {
 }
 
 fn summary(event: &WatchEvent) -> String {
-    let name = Obj::from_json(&event.object)
-        .map(|(k, _)| k.to_string())
+    // Whole or metadata-only, the object's key is in its metadata.
+    let name = serde_json::from_str::<serde_json::Value>(&event.object)
+        .ok()
+        .and_then(|o| {
+            let meta = &o["metadata"];
+            Some(format!(
+                "{}/{}",
+                meta["namespace"].as_str()?,
+                meta["name"].as_str()?
+            ))
+        })
         .unwrap_or_default();
     format!(
         "{}{} {} at RV {}",
@@ -818,7 +828,10 @@ fn summary(event: &WatchEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::{model::Requirement, truth::Change};
+    use crate::faults::{
+        model::{NameTerm, Requirement},
+        truth::Change,
+    };
 
     /// A truth: `initial` at RV 10, then `changes` as (rv, name, app label
     /// or None for a deletion).
@@ -905,13 +918,21 @@ mod tests {
     /// Checks `entries` for a subscriber selecting `app=a` (or everything).
     fn run(truth: &TruthLog, selective: bool, entries: Vec<Entry>) -> Vec<(Guarantee, String)> {
         let filter = Filter {
-            namespace: String::new(),
             requirements: if selective {
                 vec![Requirement::Equals("app", "a")]
             } else {
                 vec![]
             },
+            ..Filter::default()
         };
+        run_filtered(truth, filter, entries)
+    }
+
+    fn run_filtered(
+        truth: &TruthLog,
+        filter: Filter,
+        entries: Vec<Entry>,
+    ) -> Vec<(Guarantee, String)> {
         let life = Life {
             id: 1,
             filter,
@@ -972,6 +993,62 @@ mod tests {
             ],
         );
         assert_eq!(v, []);
+    }
+
+    /// A metadata-only subscriber pinned to one name: its state is the
+    /// truth's objects of that name without their data. Whole objects, or
+    /// an object of another name, are caught.
+    #[test]
+    fn a_metadata_only_subscriber_pinned_to_a_name_is_held_to_its_view() {
+        let mut t = history();
+        for change in &mut t.changes {
+            if let Some(o) = &mut change.object {
+                Arc::make_mut(o).data = [("value".to_owned(), change.rv.to_string())].into();
+            }
+        }
+        let filter = Filter {
+            name: Some(NameTerm::Equals("y".into())),
+            metadata_only: true,
+            ..Filter::default()
+        };
+        let partial = |kind: EventType, rv: u64, name: &str, object_rv: u64| {
+            Entry::Event(WatchEvent {
+                r#type: kind as i32,
+                resource_version: rv.to_string(),
+                object: serde_json::json!({
+                    "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": {"namespace": "ns", "name": name,
+                                 "resourceVersion": object_rv.to_string(),
+                                 "labels": {"app": "a"}},
+                })
+                .to_string(),
+                resync: false,
+            })
+        };
+        let life = |third: Entry| {
+            vec![
+                connect(0, "", true),
+                bookmark(10, true, false),
+                partial(Added, 11, "y", 11),
+                third,
+                bookmark(14, false, false),
+            ]
+        };
+        assert_eq!(
+            run_filtered(&t, filter.clone(), life(partial(Deleted, 13, "y", 11))),
+            []
+        );
+        let whole = run_filtered(&t, filter.clone(), life(event(Deleted, 13, "y", 11, "a")));
+        assert!(
+            whole.iter().any(|(g, detail)| *g == Guarantee::Protocol
+                && detail.contains("not a PartialObjectMetadata")),
+            "{whole:?}"
+        );
+        let other = run_filtered(&t, filter, life(partial(Modified, 12, "x", 12)));
+        assert!(
+            other.iter().any(|(g, _)| *g == Guarantee::Reliable),
+            "{other:?}"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tracing::Instrument;
 
 use crate::{controlplane::ControlPlane, support::create_namespace};
 use checker::{Figures, Guarantee, Violation};
-use model::Filter;
+use model::{Filter, NameTerm};
 use replica::Replica;
 use subscriber::{Behaviour, Life};
 use truth::Truth;
@@ -93,6 +93,13 @@ pub struct Report {
     pub changes: usize,
     /// Subscribers.
     pub subscribers: usize,
+    /// Subscribers whose field selector pinned one name (kube-fanout
+    /// wakes them through its name index).
+    pub name_pinned: usize,
+    /// Subscribers excluding one name (`metadata.name!=`).
+    pub name_excluded: usize,
+    /// Subscribers receiving metadata only.
+    pub metadata_only: usize,
     /// Faults injected.
     pub faults: Faults,
     /// The subscribers' figures, summed.
@@ -111,10 +118,13 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} metadata-only), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
+            self.name_pinned,
+            self.name_excluded,
+            self.metadata_only,
             g.connections,
             g.resumes,
             g.failovers,
@@ -220,7 +230,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
             // The first share of them read slowly, whatever the seed.
             let slow = (i as f64) < plan.slow_share * plan.subscribers as f64;
             faults.slow_subscribers += usize::from(slow);
-            let filter = Filter::random(&mut rng, &namespaces);
+            let filter = Filter::random(&mut rng, &namespaces, writer::NAMES);
             // Without bookmarks a subscriber's resume point moves only
             // with its events, so only one that sees the final marker (a
             // label-less ConfigMap in the first namespace) can go without.
@@ -291,6 +301,15 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     let mut report = Report {
         changes: log.changes.len(),
         subscribers: lives.len(),
+        name_pinned: lives
+            .iter()
+            .filter(|l| matches!(l.filter.name, Some(NameTerm::Equals(_))))
+            .count(),
+        name_excluded: lives
+            .iter()
+            .filter(|l| matches!(l.filter.name, Some(NameTerm::NotEquals(_))))
+            .count(),
+        metadata_only: lives.iter().filter(|l| l.filter.metadata_only).count(),
         faults,
         figures: Figures::default(),
         violations: Vec::new(),

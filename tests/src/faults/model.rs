@@ -1,12 +1,17 @@
 //! What the checker compares: a ConfigMap reduced to what a change can
-//! alter, and a subscriber's filter (namespace and label requirements),
-//! evaluated here independently of kube-fanout's own filter code so that
-//! the checker is an oracle, not a copy.
+//! alter, and a subscriber's filter (namespace, label requirements, a
+//! pinned or excluded name) and view (whole objects or metadata only),
+//! evaluated here independently of kube-fanout's own filter and projection
+//! code so that the checker is an oracle, not a copy.
 
-use std::{collections::BTreeMap, fmt, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::Arc,
+};
 
-use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::ConfigMap;
+use anyhow::{Context, Result, bail};
+use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 use rand::{Rng, seq::IndexedRandom};
 
 /// `namespace/name`.
@@ -27,27 +32,54 @@ pub struct Obj {
 impl Obj {
     /// The key and state of a ConfigMap the API server returned.
     pub fn from_configmap(cm: &ConfigMap) -> Result<(Key, Obj)> {
-        let rv = cm.metadata.resource_version.as_deref().unwrap_or_default();
+        Self::from_parts(&cm.metadata, cm.data.clone().unwrap_or_default())
+    }
+
+    fn from_parts(metadata: &ObjectMeta, data: BTreeMap<String, String>) -> Result<(Key, Obj)> {
+        let rv = metadata.resource_version.as_deref().unwrap_or_default();
         Ok((
             key(
-                cm.metadata.namespace.as_deref().unwrap_or_default(),
-                cm.metadata.name.as_deref().unwrap_or_default(),
+                metadata.namespace.as_deref().unwrap_or_default(),
+                metadata.name.as_deref().unwrap_or_default(),
             ),
             Obj {
                 rv: rv
                     .parse()
                     .with_context(|| format!("resourceVersion {rv:?}"))?,
-                labels: cm.metadata.labels.clone().unwrap_or_default(),
-                data: cm.data.clone().unwrap_or_default(),
+                labels: metadata.labels.clone().unwrap_or_default(),
+                data,
             },
         ))
     }
 
-    /// The key and state of a ConfigMap as JSON (what a WatchEvent carries).
-    pub fn from_json(json: &str) -> Result<(Key, Obj)> {
-        let cm: ConfigMap = serde_json::from_str(json)
-            .with_context(|| format!("decoding {}", bounded(json, 200)))?;
-        Self::from_configmap(&cm)
+    /// The key and state of an object as a WatchEvent carries it: a
+    /// ConfigMap, or for a metadata-only subscriber the API server's
+    /// `PartialObjectMetadata` (only kind, apiVersion and metadata; its
+    /// state has no data).
+    pub fn from_json(json: &str, metadata_only: bool) -> Result<(Key, Obj)> {
+        let decoding = || format!("decoding {}", bounded(json, 200));
+        if !metadata_only {
+            let cm: ConfigMap = serde_json::from_str(json).with_context(decoding)?;
+            return Self::from_configmap(&cm);
+        }
+        let value: serde_json::Value = serde_json::from_str(json).with_context(decoding)?;
+        let fields: BTreeSet<&str> = value
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.keys().map(String::as_str))
+            .collect();
+        if value["kind"] != "PartialObjectMetadata"
+            || value["apiVersion"] != "meta.k8s.io/v1"
+            || fields != BTreeSet::from(["apiVersion", "kind", "metadata"])
+        {
+            bail!(
+                "not a PartialObjectMetadata of only kind, apiVersion and metadata: {}",
+                bounded(json, 200)
+            );
+        }
+        let metadata: ObjectMeta =
+            serde_json::from_value(value["metadata"].clone()).with_context(decoding)?;
+        Self::from_parts(&metadata, BTreeMap::new())
     }
 }
 
@@ -124,19 +156,35 @@ pub const APPS: [&str; 3] = ["a", "b", "c"];
 /// Values of the second label key, `tier`.
 pub const TIERS: [&str; 2] = ["x", "y"];
 
-/// A subscriber's filter: a namespace ("" for all) and a label selector.
+/// A `metadata.name` field selector term.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameTerm {
+    /// `metadata.name=n`: kube-fanout registers such a subscriber under
+    /// the name and wakes it only for events of that name.
+    Equals(String),
+    /// `metadata.name!=n`.
+    NotEquals(String),
+}
+
+/// A subscriber's filter: a namespace ("" for all), a label selector and a
+/// `metadata.name` term; and its view, whole objects or metadata only.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Filter {
     /// The namespace, "" for every namespace.
     pub namespace: String,
     /// All must match.
     pub requirements: Vec<Requirement>,
+    /// The field selector's one term, if any.
+    pub name: Option<NameTerm>,
+    /// Asks for `PartialObjectMetadata` instead of whole objects.
+    pub metadata_only: bool,
 }
 
 impl Filter {
     /// A random filter over `namespaces`: often one namespace, often a
-    /// selector on the labels the writers flip.
-    pub fn random(rng: &mut impl Rng, namespaces: &[String]) -> Filter {
+    /// selector on the labels the writers flip, sometimes a pinned or
+    /// excluded name (of the writers' `names`), sometimes metadata only.
+    pub fn random(rng: &mut impl Rng, namespaces: &[String], names: u32) -> Filter {
         let namespace = if rng.random_bool(0.4) {
             String::new()
         } else {
@@ -158,9 +206,26 @@ impl Filter {
             vec![In("app", vec!["b", "c"]), NotExists("tier")],
         ];
         let requirements = choices.choose(rng).cloned().unwrap_or_default();
+        let name = format!("cm-{}", rng.random_range(0..names.max(1)));
+        let name = match rng.random_range(0..10) {
+            0..2 => Some(NameTerm::Equals(name)),
+            2 => Some(NameTerm::NotEquals(name)),
+            _ => None,
+        };
         Filter {
             namespace,
             requirements,
+            name,
+            metadata_only: rng.random_bool(0.25),
+        }
+    }
+
+    /// The field selector in Kubernetes syntax.
+    pub fn field_selector(&self) -> String {
+        match &self.name {
+            Some(NameTerm::Equals(n)) => format!("metadata.name={n}"),
+            Some(NameTerm::NotEquals(n)) => format!("metadata.name!={n}"),
+            None => String::new(),
         }
     }
 
@@ -175,9 +240,31 @@ impl Filter {
 
     /// Whether the object at `key` in state `obj` passes the filter.
     pub fn matches(&self, key: &str, obj: &Obj) -> bool {
-        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let name_passes = match &self.name {
+            Some(NameTerm::Equals(n)) => name == n,
+            Some(NameTerm::NotEquals(n)) => name != n,
+            None => true,
+        };
         (self.namespace.is_empty() || self.namespace == namespace)
+            && name_passes
             && self.requirements.iter().all(|r| r.matches(&obj.labels))
+    }
+
+    /// The object at `key` in state `obj` as this subscriber receives it,
+    /// if the filter passes it: without data for a metadata-only one.
+    pub fn view(&self, key: &str, obj: &Arc<Obj>) -> Option<Arc<Obj>> {
+        if !self.matches(key, obj) {
+            return None;
+        }
+        Some(if self.metadata_only {
+            Arc::new(Obj {
+                data: BTreeMap::new(),
+                ..Obj::clone(obj)
+            })
+        } else {
+            obj.clone()
+        })
     }
 }
 
@@ -188,7 +275,14 @@ impl fmt::Display for Filter {
         } else {
             &self.namespace
         };
-        write!(f, "ns={ns} selector={:?}", self.label_selector())
+        write!(f, "ns={ns} selector={:?}", self.label_selector())?;
+        if self.name.is_some() {
+            write!(f, " fields={:?}", self.field_selector())?;
+        }
+        if self.metadata_only {
+            write!(f, " metadata-only")?;
+        }
+        Ok(())
     }
 }
 
@@ -208,14 +302,58 @@ mod tests {
     }
 
     #[test]
+    fn name_terms_and_the_metadata_view() {
+        let a = Arc::new(Obj {
+            data: [("value".to_owned(), "1".to_owned())].into(),
+            ..obj(&[("app", "a")])
+        });
+        let pinned = Filter {
+            name: Some(NameTerm::Equals("x".into())),
+            ..Filter::default()
+        };
+        assert!(pinned.matches("n/x", &a));
+        assert!(!pinned.matches("n/xx", &a));
+        assert_eq!(pinned.field_selector(), "metadata.name=x");
+        let excluded = Filter {
+            name: Some(NameTerm::NotEquals("x".into())),
+            metadata_only: true,
+            ..Filter::default()
+        };
+        assert!(!excluded.matches("n/x", &a));
+        assert_eq!(excluded.field_selector(), "metadata.name!=x");
+        assert_eq!(excluded.view("n/y", &a).map(|o| o.data.len()), Some(0));
+        assert_eq!(pinned.view("n/x", &a), Some(a.clone()));
+        assert_eq!(pinned.view("n/y", &a), None);
+    }
+
+    #[test]
+    fn a_metadata_only_object_must_be_partial_object_metadata() {
+        let meta = r#"{"namespace":"n","name":"x","resourceVersion":"7","labels":{"app":"a"}}"#;
+        let partial = format!(
+            r#"{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{meta}}}"#
+        );
+        let (key, o) = Obj::from_json(&partial, true).unwrap();
+        assert_eq!((&*key, o.rv, o.data.len()), ("n/x", 7, 0));
+        let whole = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{meta},"data":{{"v":"1"}}}}"#
+        );
+        assert_eq!(Obj::from_json(&whole, false).unwrap().1.data.len(), 1);
+        assert!(Obj::from_json(&whole, true).is_err());
+        let leaking = format!(
+            r#"{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{meta},"data":{{"v":"1"}}}}"#
+        );
+        assert!(Obj::from_json(&leaking, true).is_err());
+    }
+
+    #[test]
     fn requirements_follow_kubernetes_semantics() {
         use Requirement::*;
         let none = obj(&[]);
         let a = obj(&[("app", "a")]);
         let ax = obj(&[("app", "a"), ("tier", "x")]);
         let filter = |requirements| Filter {
-            namespace: String::new(),
             requirements,
+            ..Filter::default()
         };
         assert!(filter(vec![NotEquals("app", "a")]).matches("n/x", &none));
         assert!(!filter(vec![NotEquals("app", "a")]).matches("n/x", &a));
@@ -226,7 +364,7 @@ mod tests {
         assert!(filter(vec![NotExists("tier")]).matches("n/x", &a));
         let scoped = Filter {
             namespace: "n".into(),
-            requirements: vec![],
+            ..Filter::default()
         };
         assert!(scoped.matches("n/x", &none));
         assert!(!scoped.matches("nn/x", &none));

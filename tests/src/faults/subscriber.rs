@@ -228,11 +228,11 @@ async fn live(
             }),
             namespace: b.filter.namespace.clone(),
             label_selector: b.filter.label_selector(),
-            field_selector: String::new(),
+            field_selector: b.filter.field_selector(),
             resource_version: resource_version.clone(),
             send_initial_events: snapshot,
             allow_bookmarks: b.bookmarks,
-            metadata_only: false,
+            metadata_only: b.filter.metadata_only,
         };
         life.entries.push(Entry::Connect {
             at: Instant::now(),

@@ -59,15 +59,18 @@ impl TruthLog {
         let mut state: HashMap<Key, Arc<Obj>> = self
             .initial
             .iter()
-            .filter(|(k, o)| filter.matches(k, o))
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .filter_map(|(k, o)| Some((k.clone(), filter.view(k, o)?)))
             .collect();
         for change in &self.changes[..self.first_after(rv)] {
-            match &change.object {
-                Some(o) if filter.matches(&change.key, o) => {
-                    state.insert(change.key.clone(), o.clone());
+            match change
+                .object
+                .as_ref()
+                .and_then(|o| filter.view(&change.key, o))
+            {
+                Some(o) => {
+                    state.insert(change.key.clone(), o);
                 }
-                _ => {
+                None => {
                     state.remove(&change.key);
                 }
             }

@@ -16,7 +16,7 @@ use super::model::{APPS, TIERS};
 
 /// Names per namespace: few enough that creates, patches and deletes of
 /// the same objects interleave.
-const NAMES: u32 = 24;
+pub const NAMES: u32 = 24;
 
 /// How long one write may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
