@@ -938,6 +938,7 @@ mod tests {
             filter,
             slow: false,
             bookmarks: true,
+            compressed: false,
             entries,
             gave_up: None,
         };

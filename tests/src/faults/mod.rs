@@ -29,6 +29,7 @@ use anyhow::{Context, Result};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
 use tracing::Instrument;
 
 use crate::{controlplane::ControlPlane, support::create_namespace};
@@ -100,6 +101,8 @@ pub struct Report {
     pub name_excluded: usize,
     /// Subscribers receiving metadata only.
     pub metadata_only: usize,
+    /// Subscribers receiving compressed messages (gzip or zstd).
+    pub compressed: usize,
     /// Faults injected.
     pub faults: Faults,
     /// The subscribers' figures, summed.
@@ -118,13 +121,14 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} metadata-only), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
             self.name_pinned,
             self.name_excluded,
             self.metadata_only,
+            self.compressed,
             g.connections,
             g.resumes,
             g.failovers,
@@ -248,6 +252,12 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
                 slow,
                 sticky: i % 2 == 1,
                 bookmarks: !(sees_marker && rng.random_bool(0.5)),
+                // A quarter zstd, a quarter gzip, whatever the seed.
+                compression: match i % 4 {
+                    1 => Some(CompressionEncoding::Zstd),
+                    3 => Some(CompressionEncoding::Gzip),
+                    _ => None,
+                },
                 max_connections: plan.max_connections,
                 hang_up_ms: plan.hang_up_ms,
             };
@@ -310,6 +320,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
             .filter(|l| matches!(l.filter.name, Some(NameTerm::NotEquals(_))))
             .count(),
         metadata_only: lives.iter().filter(|l| l.filter.metadata_only).count(),
+        compressed: lives.iter().filter(|l| l.compressed).count(),
         faults,
         figures: Figures::default(),
         violations: Vec::new(),

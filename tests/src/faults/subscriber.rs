@@ -18,7 +18,7 @@ use kube_fanout_proto::v1::{
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::{sync::watch, time::Instant};
-use tonic::{Code, transport::Endpoint};
+use tonic::{Code, codec::CompressionEncoding, transport::Endpoint};
 use tonic_types::StatusExt;
 
 use super::model::Filter;
@@ -85,6 +85,8 @@ pub struct Life {
     pub slow: bool,
     /// Whether it asked for bookmarks.
     pub bookmarks: bool,
+    /// Whether it asked for compressed messages.
+    pub compressed: bool,
     /// Everything, in order.
     pub entries: Vec<Entry>,
     /// Why it stopped early, if it did.
@@ -107,6 +109,8 @@ pub struct Behaviour {
     /// Ask for bookmarks (without them, only the snapshot's end and
     /// re-sync units' closing bookmarks may come).
     pub bookmarks: bool,
+    /// Asks the server to compress its messages so (gzip or zstd).
+    pub compression: Option<CompressionEncoding>,
     /// At most this many Watch calls in its life.
     pub max_connections: usize,
     /// Hang up after a random time in this range (ms).
@@ -147,6 +151,7 @@ pub async fn run(
         filter: behaviour.filter.clone(),
         slow: behaviour.slow,
         bookmarks: behaviour.bookmarks,
+        compressed: behaviour.compression.is_some(),
         entries: Vec::new(),
         gave_up: None,
     };
@@ -245,6 +250,9 @@ async fn live(
         let hang_up = deadline
             .min(Instant::now() + Duration::from_millis(rng.random_range(min..max) * lasting));
         let mut client = KubeFanoutClient::new(channel);
+        if let Some(encoding) = b.compression {
+            client = client.accept_compressed(encoding);
+        }
         let before = next;
         let ending = match tokio::time::timeout(Duration::from_secs(10), client.watch(request))
             .await
