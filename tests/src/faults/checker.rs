@@ -111,8 +111,9 @@ pub struct Figures {
     pub hang_ups_in_snapshot: usize,
     /// Streams ended with RESOURCE_EXHAUSTED.
     pub cut_offs: usize,
-    /// Other failures by code.
-    pub other_failures: BTreeMap<String, usize>,
+    /// Other failures by code (and reason): how many, and the first one's
+    /// message, so that a report says what they were.
+    pub other_failures: BTreeMap<String, (usize, String)>,
 }
 
 impl Figures {
@@ -128,8 +129,12 @@ impl Figures {
         self.hang_ups_in_unit += other.hang_ups_in_unit;
         self.hang_ups_in_snapshot += other.hang_ups_in_snapshot;
         self.cut_offs += other.cut_offs;
-        for (code, n) in &other.other_failures {
-            *self.other_failures.entry(code.clone()).or_default() += n;
+        for (code, (n, example)) in &other.other_failures {
+            let entry = self
+                .other_failures
+                .entry(code.clone())
+                .or_insert_with(|| (0, example.clone()));
+            entry.0 += n;
         }
     }
 }
@@ -717,11 +722,11 @@ impl Checker<'_> {
             Code::OutOfRange if reason == "Expired" => self.figures.expired += 1,
             Code::ResourceExhausted => self.figures.cut_offs += 1,
             other => {
-                *self
-                    .figures
+                self.figures
                     .other_failures
-                    .entry(format!("{other:?}"))
-                    .or_default() += 1;
+                    .entry(format!("{other:?} {reason}").trim_end().to_owned())
+                    .or_insert_with(|| (0, bounded(message, 160)))
+                    .0 += 1;
             }
         }
         if matches!(
