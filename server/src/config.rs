@@ -6,6 +6,7 @@ use clap::Parser;
 
 use crate::{
     auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
+    dispatch::IndexFieldFlag,
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
@@ -30,6 +31,20 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub resources: Vec<GroupVersionResource>,
+
+    /// Also index the subscribers of a served type by one of its
+    /// selectable fields, as GVR=FIELD (for example
+    /// v1/events=involvedObject.name); repeat for several. A subscriber
+    /// whose field selector pins an exact value of it is then woken only
+    /// by events of that value. metadata.name, metadata.namespace and a
+    /// pod's spec.nodeName are always indexed.
+    #[arg(
+        long = "index-field",
+        value_name = "GVR=FIELD",
+        env = "KUBE_FANOUT_INDEX_FIELD",
+        value_delimiter = ','
+    )]
+    pub index_fields: Vec<IndexFieldFlag>,
 
     /// Address of the gRPC listener.
     #[arg(long, default_value = "127.0.0.1:50051", env = "KUBE_FANOUT_LISTEN")]

@@ -3,8 +3,10 @@
 //! filter evaluation).
 //!
 //! A live subscriber whose filter pins an exact value of an indexed field
-//! (`metadata.name`, a pod's `spec.nodeName`, `metadata.namespace`; see
-//! [`IndexedField`]) registers one [`Interest`] under that (field, value).
+//! (`metadata.name`, a pod's `spec.nodeName`, the type's fields
+//! `--index-field` names, `metadata.namespace`; see
+//! [`IndexedField::for_type`]) registers one [`Interest`] under that
+//! (field, value).
 //! Every object its filter matches has that value, so an event can only
 //! concern it if its object or its previous object has it. Other
 //! subscribers stay unindexed and wait on the store's head, as before.
@@ -57,12 +59,14 @@
 //! # Cost
 //!
 //! Per event: one read lock on the index and a hash lookup per indexed
-//! field and value (a pod's node name is one of the field values taken
-//! when the object entered the store), plus one atomic and one wake-up per
-//! interest it touches. Bookmarks mark every interest; they are rare.
+//! field with interests and value (the values are the selectable fields'
+//! values taken when the object entered the store), plus one atomic and
+//! one wake-up per interest it touches. Bookmarks mark every interest;
+//! they are rare.
 
 use std::{
     collections::HashMap,
+    str::FromStr,
     sync::{
         Arc,
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -74,52 +78,116 @@ use tokio::sync::Notify;
 
 #[cfg(doc)]
 use crate::filter::Filter;
-use crate::{fields::Source, object::Object, resource::ResourceType, store::Event};
+use crate::{
+    fields::Source,
+    resource::{GroupVersionResource, ResourceType},
+    store::Event,
+};
 
-/// A field subscribers can be indexed by, most selective first: a
-/// subscriber pinning several is registered under the first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IndexedField {
-    /// `metadata.name`.
-    Name,
-    /// A pod's `spec.nodeName`.
-    NodeName,
-    /// `metadata.namespace`.
-    Namespace,
+/// A field subscribers can be indexed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedField {
+    /// Its canonical path, as [`Filter::pinned`] names it.
+    path: String,
+    /// Where objects hold its value (the filter's own reading, so an unset
+    /// node name is "" and `spec.nodeName=` is indexed under "").
+    source: Source,
 }
 
-impl IndexedField {
-    const ALL: [IndexedField; 3] = [
-        IndexedField::Name,
-        IndexedField::NodeName,
-        IndexedField::Namespace,
-    ];
+/// A field `--index-field` names that a type's subscribers cannot be
+/// indexed by.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--index-field {gvr}={field}: {reason}")]
+pub struct UnindexableField {
+    /// The type.
+    pub gvr: String,
+    /// The field, as given.
+    pub field: String,
+    /// Why: the API server's refusal with the supported labels, or a
+    /// label it accepts but never sets.
+    pub reason: String,
+}
 
-    /// The field's path, as field selectors name it.
-    pub fn path(self) -> &'static str {
-        match self {
-            IndexedField::Name => "metadata.name",
-            IndexedField::NodeName => "spec.nodeName",
-            IndexedField::Namespace => "metadata.namespace",
-        }
+/// `--index-field GVR=FIELD`: index the subscribers of one type by one of
+/// its selectable fields as well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexFieldFlag {
+    /// The type.
+    pub gvr: GroupVersionResource,
+    /// The field selector label.
+    pub field: String,
+}
+
+impl FromStr for IndexFieldFlag {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (gvr, field) = s.split_once('=').ok_or_else(|| {
+            format!("{s:?} is not GVR=FIELD (for example v1/pods=spec.schedulerName)")
+        })?;
+        Ok(IndexFieldFlag {
+            gvr: gvr.parse().map_err(|e| format!("{gvr:?}: {e}"))?,
+            field: field.to_owned(),
+        })
     }
 }
 
-/// The value `object` has for `field`, or `None` if its type has no such
-/// field. `node_name`: where the type's `spec.nodeName` is read from (pods).
-///
-/// Values are the filter's own ([`Object::field`]): an unset node name is
-/// "", so a subscriber asking for `spec.nodeName=` (unscheduled pods) is
-/// indexed under "" and marked by exactly the events it may see.
-pub fn index_value(
-    field: IndexedField,
-    object: &Object,
-    node_name: Option<Source>,
-) -> Option<&str> {
-    match field {
-        IndexedField::Name => Some(&object.name),
-        IndexedField::Namespace => Some(&object.namespace),
-        IndexedField::NodeName => node_name.map(|source| object.field(source)),
+impl IndexedField {
+    /// The fields a store of `resource` indexes, most selective first (a
+    /// subscriber pinning several is registered under the first):
+    /// `metadata.name`; a pod's (or resourceslice's) `spec.nodeName`,
+    /// always, as node agents are the largest fanout; the type's own
+    /// selectable fields named in `extra` (`--index-field`), in that order;
+    /// `metadata.namespace`.
+    pub fn for_type(
+        resource: &ResourceType,
+        extra: &[String],
+    ) -> Result<Vec<IndexedField>, UnindexableField> {
+        let fields = &resource.fields;
+        let own = |label: &str| match fields.resolve(label) {
+            Ok(source @ Source::Field(_)) => Ok(Some(IndexedField {
+                path: fields.path(source).unwrap_or(label).to_owned(),
+                source,
+            })),
+            // Indexed anyway.
+            Ok(Source::Name | Source::Namespace) => Ok(None),
+            Ok(Source::Unset) => Err(
+                "the API server accepts this label but never sets it, so every object has \"\""
+                    .to_owned(),
+            ),
+            Err(refusal) => Err(refusal),
+        };
+        let mut indexed = vec![IndexedField {
+            path: "metadata.name".into(),
+            source: Source::Name,
+        }];
+        // Not every type with the label reads it from the object (a node
+        // name could be unset by construction); only a real field indexes.
+        if let Ok(Some(node)) = own("spec.nodeName") {
+            indexed.push(node);
+        }
+        for label in extra {
+            let field = own(label).map_err(|reason| UnindexableField {
+                gvr: resource.gvr.to_string(),
+                field: label.clone(),
+                reason,
+            })?;
+            if let Some(field) = field
+                && !indexed.contains(&field)
+            {
+                indexed.push(field);
+            }
+        }
+        indexed.push(IndexedField {
+            path: "metadata.namespace".into(),
+            source: Source::Namespace,
+        });
+        Ok(indexed)
+    }
+
+    /// The field's canonical path, as field selectors name it.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 }
 
@@ -145,10 +213,11 @@ impl Mark {
     }
 }
 
-/// The registered interests of one store, by field and value.
+/// The registered interests of one store, by field (in the order of
+/// [`Dispatch::fields`]) and value.
 #[derive(Debug, Default)]
 struct Index {
-    by_field: [HashMap<String, Vec<Arc<Mark>>>; IndexedField::ALL.len()],
+    by_field: Vec<HashMap<String, Vec<Arc<Mark>>>>,
 }
 
 /// The registry of interests of one store, and its counters.
@@ -161,8 +230,8 @@ pub struct Dispatch {
     unindexed: AtomicU64,
     /// Times a live subscriber was woken to look for events.
     wakeups: AtomicU64,
-    /// Where the type's `spec.nodeName` is read from, if it has one (pods).
-    node_name: Option<Source>,
+    /// The indexed fields, most selective first.
+    fields: Vec<IndexedField>,
 }
 
 /// The dispatch counters an operator graphs.
@@ -177,19 +246,22 @@ pub struct DispatchStatus {
 }
 
 impl Dispatch {
-    /// An empty registry for a store of `resource`.
-    pub fn new(resource: &ResourceType) -> Self {
+    /// An empty registry indexing `fields` (see [`IndexedField::for_type`]).
+    pub fn new(fields: Vec<IndexedField>) -> Self {
         Dispatch {
-            index: RwLock::default(),
+            index: RwLock::new(Index {
+                by_field: vec![HashMap::new(); fields.len()],
+            }),
             indexed: AtomicUsize::new(0),
             unindexed: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
-            node_name: resource
-                .fields
-                .resolve(IndexedField::NodeName.path())
-                .ok()
-                .filter(|source| matches!(source, Source::Field(_))),
+            fields,
         }
+    }
+
+    /// The indexed fields, most selective first.
+    pub fn fields(&self) -> &[IndexedField] {
+        &self.fields
     }
 
     /// Registers a live subscriber whose filter requires the exact values
@@ -200,16 +272,15 @@ impl Dispatch {
         self: &Arc<Self>,
         pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
     ) -> Interest {
-        let pinned = IndexedField::ALL.into_iter().find_map(|field| {
-            let usable = field != IndexedField::NodeName || self.node_name.is_some();
-            let (_, value) = pinned.clone().find(|(path, _)| *path == field.path())?;
-            usable.then(|| (field, value.to_owned()))
+        let pinned = self.fields.iter().enumerate().find_map(|(i, field)| {
+            let (_, value) = pinned.clone().find(|(path, _)| *path == field.path)?;
+            Some((i, value.to_owned()))
         });
         let slot = pinned.map(|(field, value)| {
             let mark = Arc::new(Mark::default());
             let mut index = self.index.write();
             self.indexed.fetch_add(1, Ordering::AcqRel);
-            index.by_field[field as usize]
+            index.by_field[field]
                 .entry(value.clone())
                 .or_default()
                 .push(mark.clone());
@@ -240,19 +311,15 @@ impl Dispatch {
                 }
                 continue;
             };
-            for field in IndexedField::ALL {
-                let by_value = &index.by_field[field as usize];
+            for (field, by_value) in self.fields.iter().zip(&index.by_field) {
                 if by_value.is_empty() {
                     continue;
                 }
-                let new = index_value(field, object, self.node_name);
-                let old = event
-                    .previous
-                    .as_deref()
-                    .and_then(|p| index_value(field, p, self.node_name));
-                let touched = new.iter().chain(old.iter().filter(|o| new != Some(**o)));
+                let new = object.field(field.source);
+                let old = event.previous.as_deref().map(|p| p.field(field.source));
+                let touched = std::iter::once(new).chain(old.filter(|o| *o != new));
                 for value in touched {
-                    if let Some(marks) = by_value.get(*value) {
+                    if let Some(marks) = by_value.get(value) {
                         marks.iter().for_each(|m| m.set(event.seq));
                     }
                 }
@@ -280,7 +347,8 @@ impl Dispatch {
 #[derive(Debug)]
 pub struct Interest {
     dispatch: Arc<Dispatch>,
-    slot: Option<(IndexedField, String, Arc<Mark>)>,
+    /// The field's position in [`Dispatch::fields`], the value, the mark.
+    slot: Option<(usize, String, Arc<Mark>)>,
 }
 
 impl Interest {
@@ -322,7 +390,7 @@ impl Drop for Interest {
             return;
         };
         let mut index = self.dispatch.index.write();
-        let by_value = &mut index.by_field[field as usize];
+        let by_value = &mut index.by_field[field];
         if let Some(marks) = by_value.get_mut(&value) {
             marks.retain(|m| !Arc::ptr_eq(m, &mark));
             if marks.is_empty() {
@@ -344,10 +412,10 @@ mod tests {
     use crate::{
         fields::SelectableFields,
         filter::Filter,
-        object::{ResourceVersion, Transform, TypeMeta},
+        object::{Object, ResourceVersion, Transform, TypeMeta},
         projection::Projection,
         store::{
-            EventKind, Store,
+            EventKind, HistoryLimits, Store,
             tests::{configmaps, object_in},
         },
         subscription::{
@@ -537,6 +605,132 @@ mod tests {
         assert_eq!(configmaps.dispatch().status().unindexed, 1);
         drop((node, other));
         assert_eq!(store.dispatch().status().indexed, 0);
+    }
+
+    fn paths(fields: &[IndexedField]) -> Vec<&str> {
+        fields.iter().map(IndexedField::path).collect()
+    }
+
+    /// Name first, then a pod's node, then the flag's fields in their
+    /// order, then the namespace; aliases and already indexed labels add
+    /// nothing; a label the type does not support, or one never set, is
+    /// refused with the reason.
+    #[test]
+    fn the_indexed_fields_of_a_type() {
+        let of = |resource: &ResourceType, extra: &[&str]| {
+            let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+            IndexedField::for_type(resource, &extra)
+        };
+        assert_eq!(
+            paths(&of(&configmaps(), &[]).unwrap()),
+            ["metadata.name", "metadata.namespace"]
+        );
+        assert_eq!(
+            paths(&of(&pods(), &[]).unwrap()),
+            ["metadata.name", "spec.nodeName", "metadata.namespace"]
+        );
+        assert_eq!(
+            paths(
+                &of(
+                    &pods(),
+                    &[
+                        "status.phase",
+                        "spec.host",
+                        "metadata.name",
+                        "spec.schedulerName"
+                    ]
+                )
+                .unwrap()
+            ),
+            [
+                "metadata.name",
+                "spec.nodeName",
+                "status.phase",
+                "spec.schedulerName",
+                "metadata.namespace"
+            ]
+        );
+        let unknown = of(&pods(), &["spec.nope"]).unwrap_err();
+        assert_eq!(unknown.gvr, "v1/pods");
+        assert!(
+            unknown.to_string().starts_with(
+                r#"--index-field v1/pods=spec.nope: field label not supported: "spec.nope" (supported: metadata.name"#
+            ),
+            "{unknown}"
+        );
+        let never_set = of(&pods(), &["status.podIPs"]).unwrap_err();
+        assert!(never_set.reason.contains("never sets it"), "{never_set}");
+        assert!(of(&configmaps(), &["data.x"]).is_err());
+    }
+
+    #[test]
+    fn index_field_flags_parse_as_gvr_equals_field() {
+        let flag: IndexFieldFlag = "events.k8s.io/v1/events=regarding.name".parse().unwrap();
+        assert_eq!(flag.gvr.to_string(), "events.k8s.io/v1/events");
+        assert_eq!(flag.field, "regarding.name");
+        assert!(
+            "v1/pods"
+                .parse::<IndexFieldFlag>()
+                .unwrap_err()
+                .contains("is not GVR=FIELD")
+        );
+        assert!("a/b/c/d=x".parse::<IndexFieldFlag>().is_err());
+    }
+
+    /// A field indexed by the flag works as the node name does: a
+    /// subscriber pinning `spec.schedulerName` is registered under it and
+    /// sees a pod move in and out of its scheduler as ADDED and DELETED,
+    /// woken only by that pod's events.
+    #[tokio::test(start_paused = true)]
+    async fn a_flag_indexed_field_wakes_only_its_values_subscribers() {
+        let fields = IndexedField::for_type(&pods(), &["spec.schedulerName".into()]).unwrap();
+        let store = Arc::new(Store::with_index(pods(), HistoryLimits::default(), fields));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let with_scheduler = |name: &str, rv: u64, scheduler: &str| {
+            let raw = format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"containers":[{{"name":"c","image":"i"}}],"schedulerName":"{scheduler}"}}}}"#
+            );
+            let meta = TypeMeta {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+            };
+            Object::from_json(&raw, &meta, &pods().fields, Transform::default()).unwrap()
+        };
+        let mut mine = stream_of(
+            &store,
+            WatchSpec {
+                filter: Filter::new("", "", "spec.schedulerName=mine", &pods().fields).unwrap(),
+                ..spec("", Start::At(ResourceVersion(1)), false)
+            },
+            Limits::default(),
+        );
+        assert!(ready(&mut mine).await.is_empty());
+        assert_eq!(store.dispatch().status().indexed, 1);
+        let before = counts(&store);
+        for rv in 2..=101 {
+            store.apply(
+                EventKind::Added,
+                with_scheduler(&format!("p{rv}"), rv, "default-scheduler"),
+            );
+        }
+        assert!(ready(&mut mine).await.is_empty());
+        assert_eq!(
+            counts(&store),
+            before,
+            "100 other pods: no wake-up, no ring read"
+        );
+        store.apply(EventKind::Modified, with_scheduler("p2", 102, "mine"));
+        store.apply(
+            EventKind::Modified,
+            with_scheduler("p2", 103, "default-scheduler"),
+        );
+        assert_eq!(
+            ready(&mut mine).await,
+            [
+                Ok((EventKind::Added, 102, false, "p2".into())),
+                Ok((EventKind::Deleted, 103, false, "p2".into())),
+            ]
+        );
     }
 
     /// Through the real field selector: a node's subscriber is indexed by

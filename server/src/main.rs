@@ -21,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let options = ServerOptions {
         resources: config.resources.clone(),
+        index_fields: config.index_fields.clone(),
         reflector: config.reflector(),
         history: config.history(),
         limits: config.limits(),

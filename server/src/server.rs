@@ -19,6 +19,7 @@ use crate::{
         reviews::KubeReviews,
     },
     cache::{Cache, Served},
+    dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
@@ -33,6 +34,8 @@ use crate::{
 pub struct ServerOptions {
     /// The resource types to serve.
     pub resources: Vec<GroupVersionResource>,
+    /// Fields to index subscribers by besides every type's defaults.
+    pub index_fields: Vec<IndexFieldFlag>,
     /// How the reflectors list and watch.
     pub reflector: ReflectorConfig,
     /// Events kept per type.
@@ -108,6 +111,13 @@ pub enum ServeError {
     /// A requested resource type could not be resolved.
     #[error(transparent)]
     Resource(#[from] ResourceError),
+    /// `--index-field` names a field the type's subscribers cannot be
+    /// indexed by.
+    #[error(transparent)]
+    Unindexable(#[from] UnindexableField),
+    /// `--index-field` names a type that is not served.
+    #[error("--index-field {0}: not a served resource type (add it with --resource)")]
+    IndexFieldNotServed(GroupVersionResource),
     /// The gRPC transport failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -175,15 +185,30 @@ pub async fn start(
     options: ServerOptions,
     cancel: CancellationToken,
 ) -> Result<Running, ServeError> {
+    if let Some(flag) = options
+        .index_fields
+        .iter()
+        .find(|f| !options.resources.contains(&f.gvr))
+    {
+        return Err(ServeError::IndexFieldNotServed(flag.gvr.clone()));
+    }
     let mut types = Vec::new();
     for gvr in &options.resources {
-        types.push(ResourceType::discover(&client, gvr).await?);
+        let resource = ResourceType::discover(&client, gvr).await?;
+        let extra: Vec<String> = options
+            .index_fields
+            .iter()
+            .filter(|f| f.gvr == *gvr)
+            .map(|f| f.field.clone())
+            .collect();
+        let indexed = IndexedField::for_type(&resource, &extra)?;
+        types.push((resource, indexed));
     }
     let mut tasks = JoinSet::new();
     let mut cache = Cache::default();
-    for resource in types {
+    for (resource, indexed) in types {
         let span = info_span!("reflector", resource = %resource.gvr);
-        let store = Arc::new(Store::with_history(resource, options.history));
+        let store = Arc::new(Store::with_index(resource, options.history, indexed));
         let reflector = Reflector::new(client.clone(), store.clone(), options.reflector);
         cache.insert(Served::new(store, reflector.status()));
         let cancel = cancel.clone();

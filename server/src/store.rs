@@ -75,7 +75,7 @@ use parking_lot::Mutex;
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
-    dispatch::Dispatch,
+    dispatch::{Dispatch, IndexedField},
     object::{Object, ResourceVersion},
     resource::ResourceType,
 };
@@ -384,8 +384,21 @@ impl Store {
         )
     }
 
-    /// An empty, unsynced store keeping the history `limits` allow.
+    /// An empty, unsynced store keeping the history `limits` allow, its
+    /// subscribers indexed by the type's default fields.
     pub fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
+        let fields = IndexedField::for_type(&resource, &[])
+            .expect("the default indexed fields are every type's own");
+        Self::with_index(resource, limits, fields)
+    }
+
+    /// An empty, unsynced store keeping the history `limits` allow, its
+    /// subscribers indexed by `fields` (see [`IndexedField::for_type`]).
+    pub fn with_index(
+        resource: ResourceType,
+        limits: HistoryLimits,
+        fields: Vec<IndexedField>,
+    ) -> Self {
         let limits = HistoryLimits {
             events: limits.events.max(1),
             ..limits
@@ -403,7 +416,7 @@ impl Store {
                 open_unit: None,
             }),
             head: watch::Sender::new(Head::default()),
-            dispatch: Arc::new(Dispatch::new(&resource)),
+            dispatch: Arc::new(Dispatch::new(fields)),
             limits,
             resource,
             #[cfg(test)]

@@ -46,6 +46,7 @@ impl Fanout {
                 .iter()
                 .map(|r| r.parse())
                 .collect::<Result<_, _>>()?,
+            index_fields: Vec::new(),
             reflector: ReflectorConfig::default(),
             history: HistoryLimits::default(),
             limits: Limits::default(),

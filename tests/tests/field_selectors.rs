@@ -415,6 +415,54 @@ fn cases(t: &Types) -> Vec<(&Type, &'static str)> {
     ]
 }
 
+/// Fields indexed by `--index-field` besides every type's defaults
+/// (`metadata.name`, `metadata.namespace`, a pod's or resourceslice's
+/// `spec.nodeName`), so that the selectors pinning them are served
+/// through the index.
+const INDEX_FIELDS: [&str; 6] = [
+    "v1/pods=status.phase",
+    "v1/pods=spec.schedulerName",
+    "v1/events=involvedObject.name",
+    "events.k8s.io/v1/events=regarding.name",
+    "resource.k8s.io/v1/resourceslices=spec.driver",
+    "fields.example.com/v1/widgets=spec.color",
+];
+
+/// Whether `selector` requires an exact value (`=` or `==`) of one of
+/// `fields`: then kube-fanout registers its watch under that value.
+fn pins_one_of(selector: &str, fields: &[&str]) -> bool {
+    selector.split(',').any(|term| {
+        let (field, _) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .unwrap_or((term, ""));
+        !field.ends_with('!') && fields.contains(&field)
+    })
+}
+
+/// Waits until the metrics say that each type in `expected` has that many
+/// watches registered under an indexed value.
+async fn wait_indexed(fanout: &Fanout, expected: &[(&str, usize)]) -> Result<()> {
+    let addr = fanout.metrics_addr.context("metrics are served")?;
+    let lines: Vec<String> = expected
+        .iter()
+        .map(|(gvr, n)| format!("kube_fanout_indexed_subscribers{{resource=\"{gvr}\"}} {n}\n"))
+        .collect();
+    for _ in 0..200 {
+        let metrics = http_get(addr, "/metrics").await?;
+        if lines.iter().all(|l| metrics.contains(l.as_str())) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = http_get(addr, "/metrics").await?;
+    let got: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kube_fanout_indexed_subscribers"))
+        .collect();
+    bail!("expected {lines:?}, the metrics say {got:?}")
+}
+
 /// Selectors the API server refuses for the type, with the label it names
 /// (none when the selector does not parse; the words differ then).
 fn refused(t: &Types) -> Vec<(&Type, &'static str, Option<&'static str>)> {
@@ -804,6 +852,10 @@ async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
     let resources: Vec<&str> = t.all().iter().map(|t| t.fanout).collect();
     let fanout = Fanout::start_with(client.clone(), &resources, |o| {
         o.limits.progress_interval = Duration::from_millis(500);
+        o.index_fields = INDEX_FIELDS
+            .iter()
+            .map(|f| f.parse().expect("a GVR=FIELD flag"))
+            .collect();
     })
     .await?;
     fanout.wait_synced().await?;
@@ -854,6 +906,31 @@ async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
             anyhow::Ok((api_snapshot, api_stream, snapshot, rv, stream))
         }
     }))
+    .await?;
+    // Every watch pinning an indexed field, the flags' ones included, is
+    // registered under it (counted here from the selectors themselves).
+    let indexed = |ty: &Type, own: &[&str]| {
+        let mut fields = vec!["metadata.name", "metadata.namespace"];
+        fields.extend(own);
+        fields.extend(INDEX_FIELDS.iter().filter_map(|flag| {
+            let (gvr, field) = flag.split_once('=')?;
+            (gvr == ty.fanout).then_some(field)
+        }));
+        let n = cases
+            .iter()
+            .filter(|(t, selector)| t.fanout == ty.fanout && pins_one_of(selector, &fields))
+            .count();
+        (ty.fanout, n)
+    };
+    wait_indexed(
+        &fanout,
+        &[
+            indexed(&t.pods, &["spec.nodeName", "spec.host"]),
+            indexed(&t.events, &[]),
+            indexed(&t.events_v1, &[]),
+            indexed(&t.widgets, &[]),
+        ],
+    )
     .await?;
     let nonempty = opened.iter().filter(|o| !o.0.is_empty()).count();
     ensure!(

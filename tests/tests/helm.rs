@@ -653,9 +653,33 @@ async fn wait_for_client(
     )
 }
 
+/// Whether the kube-fanout binary parses the flags `deployment`'s
+/// container passes it (names and values): clap stops at `--help` after
+/// parsing every argument before it, and fails on any it does not know.
+fn binary_accepts(deployment: &DynamicObject) -> Result<()> {
+    let args: Vec<String> = deployment.data["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .context("the Deployment's container has args")?
+        .iter()
+        .map(|a| a.as_str().map(str::to_owned).context("an arg is a string"))
+        .collect::<Result<_>>()?;
+    let out = std::process::Command::new(KUBE_FANOUT)
+        .args(&args)
+        .arg("--help")
+        .env_remove("KUBECONFIG")
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "kube-fanout refuses the chart's args {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
 /// Every variant the chart's CI values describe (`ci/*.yaml`), rendered by
 /// helm and created with a server-side dry run: the API server validates
-/// each object (kinds whose CRDs a bare API server lacks excepted).
+/// each object (kinds whose CRDs a bare API server lacks excepted), and
+/// the binary parses the Deployment's flags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_chart_variant_is_valid_for_the_api_server() -> Result<()> {
     let cp = ControlPlane::start().await?;
@@ -672,6 +696,15 @@ async fn every_chart_variant_is_valid_for_the_api_server() -> Result<()> {
     let without_crds = ["ServiceMonitor", "Certificate"];
     let mut checked = 0;
     for variant in &variants {
+        let values = variant.as_deref().map_or_else(
+            || "the defaults".to_owned(),
+            |f| {
+                f.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            },
+        );
         let mut args = vec!["template", RELEASE, CHART, "--namespace", NAMESPACE];
         if let Some(file) = variant {
             args.extend(["--values", file.to_str().context("path")?]);
@@ -679,6 +712,9 @@ async fn every_chart_variant_is_valid_for_the_api_server() -> Result<()> {
         let objects = parse_manifest(&helm.run(&args).await?)?;
         for object in objects {
             let kind = object.types.as_ref().map(|t| t.kind.clone());
+            if kind.as_deref() == Some("Deployment") {
+                binary_accepts(&object).with_context(|| values.clone())?;
+            }
             if kind.as_deref().is_some_and(|k| without_crds.contains(&k)) {
                 continue;
             }
@@ -692,12 +728,7 @@ async fn every_chart_variant_is_valid_for_the_api_server() -> Result<()> {
                     &object,
                 )
                 .await
-                .with_context(|| {
-                    let values = variant.as_deref().map_or("the defaults".into(), |f| {
-                        f.file_name().unwrap_or_default().to_string_lossy()
-                    });
-                    format!("{} with {values}", kind_name(&object))
-                })?;
+                .with_context(|| format!("{} with {values}", kind_name(&object)))?;
             checked += 1;
         }
     }

@@ -8,6 +8,12 @@ binary's own defaults stay the defaults.
 {{- range .Values.servedResources }}
 - {{ printf "--resource=%v" . | quote }}
 {{- end }}
+{{- range .Values.indexFields }}
+{{- if not (has (first (splitList "=" .)) $.Values.servedResources) }}
+{{- fail (printf "indexFields: %v: the type is not in servedResources" .) }}
+{{- end }}
+- {{ printf "--index-field=%v" . | quote }}
+{{- end }}
 - {{ printf "--listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort)) | quote }}
 - {{ printf "--metrics-listen=%v" (include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.metricsPort)) | quote }}
 {{- if eq (include "kube-fanout.probeMode" .) "grpcHealthPort" }}
@@ -40,7 +46,7 @@ binary's own defaults stay the defaults.
 {{- end }}
 {{- if .Values.auth.enabled }}
 {{- with .Values.auth.tokenAudiences }}
-- {{ printf "--token-audiences=%v" (join "," .) | quote }}
+- {{ printf "--auth-token-audiences=%v" (join "," .) | quote }}
 {{- end }}
 {{- else }}
 - "--auth=none"
