@@ -238,5 +238,30 @@ async fn an_unknown_resource_at_startup_is_an_error_naming_it() -> anyhow::Resul
         .err()
         .expect("startup must fail");
     assert!(err.to_string().contains("v1/nothings"), "{err}");
+    // An index field the type does not have, or on a type not served.
+    let with_index = |flag: &'static str| {
+        let client = cp.client.clone();
+        async move {
+            Fanout::start_with(client, &["v1/configmaps"], |o| {
+                o.index_fields = vec![flag.parse().expect("GVR=FIELD")];
+            })
+            .await
+            .err()
+            .expect("startup must fail")
+            .to_string()
+        }
+    };
+    let err = with_index("v1/configmaps=data.x").await;
+    assert!(
+        err.starts_with(
+            r#"--index-field v1/configmaps=data.x: "data.x" is not a known field selector"#
+        ),
+        "{err}"
+    );
+    let err = with_index("v1/pods=spec.nodeName").await;
+    assert_eq!(
+        err,
+        "--index-field v1/pods: not a served resource type (add it with --resource)"
+    );
     Ok(())
 }
