@@ -123,7 +123,9 @@ enum Command {
         /// Label selector.
         #[arg(long, short = 'l', default_value = "")]
         selector: String,
-        /// Field selector (metadata.name, metadata.namespace).
+        /// Field selector, as the API server takes it for the type
+        /// (metadata.name, metadata.namespace, and the type's own fields,
+        /// such as a pod's spec.nodeName).
         #[arg(long, default_value = "")]
         field_selector: String,
         #[command(flatten)]
@@ -151,6 +153,9 @@ enum Command {
         /// Label selector.
         #[arg(long, short = 'l', default_value = "")]
         selector: String,
+        /// Field selector, as for list.
+        #[arg(long, default_value = "")]
+        field_selector: String,
         /// Print only the changes after this resourceVersion.
         #[arg(long)]
         since: Option<String>,
@@ -387,6 +392,7 @@ async fn run(cli: Cli) -> Result<()> {
             r#type,
             scope,
             selector,
+            field_selector,
             since,
             output,
         } => {
@@ -396,6 +402,7 @@ async fn run(cli: Cli) -> Result<()> {
                 resource: served.resource.clone(),
                 namespace: namespace.clone(),
                 label_selector: selector,
+                field_selector,
                 send_initial_events: since.is_none(),
                 resource_version: since.unwrap_or_default(),
                 ..WatchRequest::default()
