@@ -117,13 +117,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // With this package too, so cargo unifies features as it did for this
     // binary and rebuilds nothing shared.
-    status(
-        Command::new(cargo)
-            .args(["build", "--release", "--bins"])
-            .args(["-p", "kube-fanout", "-p", "kube-fanout-bench"])
-            .current_dir(&root),
-    )
-    .await?;
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--release", "--bins"])
+        .args(["-p", "kube-fanout", "-p", "kube-fanout-bench"])
+        .current_dir(&root);
+    // Without the variables `cargo run` set for this binary: build scripts
+    // (ring's) rerun when they change, so each `cargo run` and this build
+    // would otherwise rebuild ring and everything above it for the other.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "OUT_DIR",
+            ]
+            .contains(&&*name)
+        {
+            build.env_remove(&*name);
+        }
+    }
+    status(&mut build).await?;
     let loadgen = target.join("release/loadgen");
     status(
         Command::new("go")
