@@ -88,8 +88,9 @@ func configMapWriter(cs *kubernetes.Clientset, ns string, objects int) *writer {
 	}}
 }
 
-// run writes count times at rate per second; returns when all are answered.
-func (w *writer) run(ctx context.Context, count int, rate float64) error {
+// run makes writes from..from+count-1 at rate per second; returns when all
+// are answered.
+func (w *writer) run(ctx context.Context, from, count int, rate float64) error {
 	jobs := make(chan int, count)
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -107,7 +108,7 @@ func (w *writer) run(ctx context.Context, count int, rate float64) error {
 	start := time.Now()
 	for k := range count {
 		time.Sleep(time.Until(start.Add(time.Duration(float64(k) / rate * float64(time.Second)))))
-		jobs <- k
+		jobs <- from + k
 	}
 	close(jobs)
 	wg.Wait()
@@ -259,7 +260,7 @@ func steady(args []string) (*steadyResult, error) {
 	if *target == "floor" {
 		err = floor.send(1, 1)
 	} else {
-		err = w.run(ctx, 1, 1)
+		err = w.run(ctx, 0, 1, 1)
 	}
 	if err != nil {
 		return nil, err
@@ -284,7 +285,7 @@ func steady(args []string) (*steadyResult, error) {
 	if *target == "floor" {
 		err = floor.send(writes, *rate)
 	} else {
-		err = w.run(ctx, writes, *rate)
+		err = w.run(ctx, 0, writes, *rate)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("writer: %w", err)
