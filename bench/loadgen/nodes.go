@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -223,13 +222,7 @@ func nodes(args []string) (*nodesResult, error) {
 			t.Delivered += st.delivered.Load()
 			all = append(all, st.latencies...)
 		}
-		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-		if len(all) > 0 {
-			ms := func(q float64) float64 {
-				return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / 1e6
-			}
-			t.P50Ms, t.P99Ms, t.MaxMs = ms(0.5), ms(0.99), float64(all[len(all)-1])/1e6
-		}
+		t.P50Ms, t.P99Ms, t.MaxMs = percentiles(all)
 		if failed == nil && t.Delivered != t.Expected {
 			failed = fmt.Errorf("%s: %d deliveries, expected %d", target, t.Delivered, t.Expected)
 		}

@@ -330,14 +330,21 @@ func steady(args []string) (*steadyResult, error) {
 			all = append(all, st.latencies...)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	if len(all) > 0 {
-		ms := func(q float64) float64 {
-			return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / 1e6
-		}
-		result.P50Ms, result.P99Ms, result.MaxMs = ms(0.5), ms(0.99), float64(all[len(all)-1])/1e6
-	}
+	result.P50Ms, result.P99Ms, result.MaxMs = percentiles(all)
 	return result, nil
+}
+
+// percentiles are the p50, p99 and maximum of latencies (nanoseconds), in
+// milliseconds; zero without any. Sorts latencies.
+func percentiles(latencies []int64) (p50, p99, maxMs float64) {
+	if len(latencies) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	ms := func(q float64) float64 {
+		return float64(latencies[min(len(latencies)-1, int(q*float64(len(latencies))))]) / 1e6
+	}
+	return ms(0.5), ms(0.99), float64(latencies[len(latencies)-1]) / 1e6
 }
 
 func nonNil(s []events) []events {
