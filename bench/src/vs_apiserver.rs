@@ -845,3 +845,50 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn window(on: bool, cpu_s: f64) -> Value {
+        json!({"on": on, "writes": 1000, "procs": {"server": {"cpu_s": cpu_s}}})
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6
+    }
+
+    #[test]
+    fn cpu_per_delivery_pairs_each_rounds_on_and_off_whatever_their_order() {
+        // On-off, off-on, on-off: 300, 100 and 500 µs per delivery.
+        let result = json!({"windows": [
+            window(true, 1.3), window(false, 1.0),
+            window(false, 2.0), window(true, 2.1),
+            window(true, 1.5), window(false, 1.0),
+        ]});
+        let cpu = WindowCpu::of(&result, "server");
+        let deltas = cpu.round_deltas();
+        assert!(
+            deltas.len() == 3 && close(deltas[0], 100.0) && close(deltas[1], 300.0),
+            "{deltas:?}"
+        );
+        assert!(close(deltas[2], 500.0), "{deltas:?}");
+        assert!(close(cpu.on(), 4.9) && close(cpu.off(), 4.0));
+        assert!(close(cpu.per_delivery(), 300.0), "{}", cpu.per_delivery());
+        assert!(close(cpu.median_delta(), 300.0));
+        // Sample standard deviation 200 µs, over √3.
+        assert!(
+            close(cpu.std_error(), 200.0 / 3f64.sqrt()),
+            "{}",
+            cpu.std_error()
+        );
+    }
+
+    #[test]
+    fn median_of_an_even_count_is_the_middle_twos_mean() {
+        assert!(close(median(&[-40.0, 120.0]), 40.0));
+        assert!(close(median(&[1.0, 2.0, 7.0]), 2.0));
+        assert!(median(&[]).is_nan());
+    }
+}
