@@ -109,6 +109,18 @@ func (w *apiWatch) close() { w.body.Close() }
 type fanoutDialer struct {
 	addr  string
 	creds credentials.TransportCredentials
+	// staticWindow: fixed HTTP/2 windows (staticWindowOptions) instead of
+	// grpc-go's bandwidth-delay-product estimation.
+	staticWindow bool
+}
+
+// staticWindowOptions are HTTP/2 windows as large as client-go's stream
+// window (4 MiB) and a connection window for four such streams. Setting
+// them turns off grpc-go's BDP estimator, which otherwise sends the server
+// a WINDOW_UPDATE and a PING (and waits for its ack) for the first DATA
+// frame after each ack: on a quiet watch, one round trip per event.
+func staticWindowOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithInitialWindowSize(4 << 20), grpc.WithInitialConnWindowSize(16 << 20)}
 }
 
 func newFanoutDialer(addr, caFile string) (*fanoutDialer, error) {
@@ -134,8 +146,12 @@ type fanoutWatch struct {
 
 // channel is a new gRPC channel: one connection, opened on first use.
 func (d *fanoutDialer) channel() (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+d.addr, grpc.WithTransportCredentials(d.creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(d.creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
+	if d.staticWindow {
+		opts = append(opts, staticWindowOptions()...)
+	}
+	return grpc.NewClient("passthrough:///"+d.addr, opts...)
 }
 
 // watch opens a Watch on a channel of its own.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	pb "github.com/kube-fanout/kube-fanout/client/go/kubefanoutv1"
 )
@@ -55,47 +56,68 @@ func setupPods(args []string) error {
 	})
 }
 
-// podWriter patches the stamp annotation of pod (k mod pods): the writes
-// go round the nodes, each to one node's watcher.
-func podWriter(cs *kubernetes.Clientset, ns string, pods int) *writer {
+// podWriter patches the stamp annotation of pod pod(k) for write k.
+func podWriter(cs *kubernetes.Clientset, ns string, pod func(k int) int) *writer {
 	return &writer{write: func(ctx context.Context, k int) error {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"stamp":%q}}}`, stampValue(time.Now().UnixNano()))
-		_, err := cs.CoreV1().Pods(ns).Patch(ctx, podName(k%pods), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err := cs.CoreV1().Pods(ns).Patch(ctx, podName(pod(k)), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}}
 }
 
-// nodesResult is one node-scoped measurement.
+// nodesResult is one node-scoped measurement: every target's watchers open
+// side by side, and the write windows in turn.
 type nodesResult struct {
-	Case        string                 `json:"case"`
-	Target      string                 `json:"target"`
-	Watchers    int                    `json:"watchers"`
-	Connections int                    `json:"connections"`
-	Writes      int                    `json:"writes"`
-	Expected    int                    `json:"expected"`
-	Delivered   int64                  `json:"delivered"`
-	OpenS       float64                `json:"open_s"`
-	WallS       float64                `json:"wall_s"`
-	P50Ms       float64                `json:"p50_ms"`
-	P99Ms       float64                `json:"p99_ms"`
-	MaxMs       float64                `json:"max_ms"`
-	Procs       map[string]*procWindow `json:"procs"`
+	Case        string                  `json:"case"`
+	Watchers    int                     `json:"watchers"`
+	Connections int                     `json:"connections"`
+	Spare       int                     `json:"spare"`
+	Targets     map[string]*nodesTarget `json:"targets"`
+	Windows     []*nodesWindow          `json:"windows"`
 }
 
-// nodes runs the node-scoped case against one target: apiserver-proto,
-// fanout, or none (the writes alone, the API server's baseline).
+// nodesTarget is what one server's watchers received, over every window.
+type nodesTarget struct {
+	Expected  int64   `json:"expected"`
+	Delivered int64   `json:"delivered"`
+	OpenS     float64 `json:"open_s"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+}
+
+// nodesWindow is one write window: to the watched pods ("on": each write
+// one delivery per target) or to the spare pods no watcher watches ("off":
+// the same writes, nothing to deliver), and what each process spent in it.
+type nodesWindow struct {
+	On     bool                   `json:"on"`
+	Writes int                    `json:"writes"`
+	WallS  float64                `json:"wall_s"`
+	Procs  map[string]*procWindow `json:"procs"`
+}
+
+// nodes runs the node-scoped case: the watchers of every target
+// (apiserver-proto, fanout) open at once, then -rounds rounds of two
+// windows, "on" and "off", in the order on-off, off-on, on-off... so that a
+// drift in the servers' cost cancels. A server's CPU per delivery is its
+// CPU in the on windows less the off windows (the same writes, the same
+// watchers open, only the deliveries differ), over the deliveries.
 func nodes(args []string) (*nodesResult, error) {
 	fs := flag.NewFlagSet("nodes", flag.ExitOnError)
 	servers := addServerFlags(fs)
-	target := fs.String("target", "fanout", "apiserver-proto, fanout, or none (writes only)")
+	targetList := fs.String("targets", "apiserver-proto,fanout", "servers whose watchers are open side by side: apiserver-proto, fanout")
 	ns := fs.String("namespace", "nodes", "namespace of the pods")
-	watchers := fs.Int("watchers", 500, "node watchers, one per node")
-	conns := fs.Int("connections", 500, "connections the watchers share, round robin")
+	watchers := fs.Int("watchers", 500, "node watchers per target, one per node")
+	conns := fs.Int("connections", 500, "connections each target's watchers share, round robin")
+	spare := fs.Int("spare", 100, "pods after the watched ones, on nodes no watcher watches: the off windows write these")
 	rate := fs.Float64("rate", 100, "writes per second")
-	seconds := fs.Float64("seconds", 20, "length of the write window")
-	drain := fs.Duration("drain", 60*time.Second, "how long deliveries may trail the last write")
+	seconds := fs.Float64("seconds", 20, "length of each window")
+	rounds := fs.Int("rounds", 5, "rounds of an on and an off window")
+	staticWindow := fs.Bool("fanout-static-window", false, "kube-fanout's channels with fixed HTTP/2 windows, without grpc-go's BDP pings")
+	drain := fs.Duration("drain", 60*time.Second, "how long deliveries may trail a window's last write")
 	fs.Parse(args)
-	writes := int(*rate * *seconds)
+	perWindow := int(*rate * *seconds)
+	n := *watchers
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg, err := restConfig(*servers.kubeconfig)
@@ -106,18 +128,117 @@ func nodes(args []string) (*nodesResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := podWriter(writerClient, *ns, *watchers)
-
-	n := *watchers
-	if *target == "none" {
-		n = 0
+	result := &nodesResult{
+		Case: "nodes", Watchers: n, Connections: *conns, Spare: *spare,
+		Targets: map[string]*nodesTarget{},
 	}
+
+	var windowStart atomic.Int64
+	windowStart.Store(1<<63 - 1)
+	var streamErr atomic.Pointer[error]
+	states := map[string][]*watcherState{}
+	var streams []events
+	defer func() {
+		cancel()
+		for _, s := range streams {
+			s.close()
+		}
+	}()
+	for _, target := range strings.Split(*targetList, ",") {
+		opened := time.Now()
+		ts, err := openNodeWatchers(ctx, cfg, servers, target, *ns, n, *conns, *staticWindow)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s's watchers: %w", target, err)
+		}
+		streams = append(streams, ts...)
+		result.Targets[target] = &nodesTarget{OpenS: time.Since(opened).Seconds()}
+		states[target] = readNodeWatchers(ctx, target, ts, &windowStart, &streamErr)
+	}
+
+	// Watcher i gets the on writes k with k mod n = i; off writes go to the
+	// spare pods n, n+1, ... round the spare set.
+	var onWrites, offWrites int
+	complete := func() bool {
+		for _, sts := range states {
+			for i, st := range sts {
+				if st.delivered.Load() < int64(onWrites/n+boolInt(i < onWrites%n)) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	on := podWriter(writerClient, *ns, func(k int) int { return k % n })
+	off := podWriter(writerClient, *ns, func(k int) int { return n + k%*spare })
+	windowStart.Store(time.Now().UnixNano())
+	var failed error
+	for r := range *rounds {
+		for _, isOn := range [2]bool{r%2 == 0, r%2 == 1} {
+			procs, err := processes(servers.pids).start()
+			if err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			w, base := off, offWrites
+			if isOn {
+				w, base = on, onWrites
+			}
+			if err := w.run(ctx, base, perWindow, *rate); err != nil {
+				return nil, fmt.Errorf("writer: %w", err)
+			}
+			if isOn {
+				onWrites += perWindow
+				// The window ends once every delivery it owes has arrived.
+				if err := waitFor(*drain, complete, &streamErr); err != nil {
+					failed = fmt.Errorf("window %d: %w", len(result.Windows), err)
+				}
+			} else {
+				offWrites += perWindow
+			}
+			wall := time.Since(start)
+			if err := processes(servers.pids).end(procs); err != nil {
+				return nil, err
+			}
+			result.Windows = append(result.Windows, &nodesWindow{On: isOn, Writes: perWindow, WallS: wall.Seconds(), Procs: procs})
+			if failed != nil {
+				break
+			}
+		}
+		if failed != nil {
+			break
+		}
+	}
+	if failed == nil {
+		if err := streamErr.Load(); err != nil {
+			// A delivery of an off write, or another node's pod.
+			failed = *err
+		}
+	}
+	for target, sts := range states {
+		t := result.Targets[target]
+		t.Expected = int64(onWrites)
+		var all []int64
+		for _, st := range sts {
+			t.Delivered += st.delivered.Load()
+			all = append(all, st.latencies...)
+		}
+		t.P50Ms, t.P99Ms, t.MaxMs = percentiles(all)
+		if failed == nil && t.Delivered != t.Expected {
+			failed = fmt.Errorf("%s: %d deliveries, expected %d", target, t.Delivered, t.Expected)
+		}
+	}
+	return result, failed
+}
+
+// openNodeWatchers opens target's n node watchers over conns connections:
+// watcher i watches pods with spec.nodeName=node-<i>.
+func openNodeWatchers(ctx context.Context, cfg *rest.Config, servers *serverFlags, target, ns string, n, conns int, staticWindow bool) ([]events, error) {
 	// The connections first, then the watches spread over them.
-	apiClients := make([]*kubernetes.Clientset, 0, *conns)
-	channels := make([]*grpc.ClientConn, 0, *conns)
+	apiClients := make([]*kubernetes.Clientset, 0, conns)
+	channels := make([]*grpc.ClientConn, 0, conns)
 	var dialer *fanoutDialer
-	for range min(*conns, n) {
-		switch *target {
+	for range min(conns, n) {
+		switch target {
 		case "apiserver-proto":
 			cs, err := ownClient(cfg, protoType)
 			if err != nil {
@@ -126,56 +247,60 @@ func nodes(args []string) (*nodesResult, error) {
 			apiClients = append(apiClients, cs)
 		case "fanout":
 			if dialer == nil {
+				var err error
 				if dialer, err = newFanoutDialer(*servers.fanoutAddr, *servers.fanoutCA); err != nil {
 					return nil, err
 				}
+				dialer.staticWindow = staticWindow
 			}
 			ch, err := dialer.channel()
 			if err != nil {
 				return nil, err
 			}
-			defer ch.Close()
 			channels = append(channels, ch)
 		default:
-			return nil, fmt.Errorf("unknown target %q", *target)
+			return nil, fmt.Errorf("unknown target %q", target)
 		}
 	}
-	opened := time.Now()
 	streams := make([]events, n)
-	err = openAll(n, 32, func(i int) error {
+	err := openAll(n, 32, func(i int) error {
 		selector := "spec.nodeName=" + nodeName(i)
 		var err error
-		if *target == "fanout" {
-			streams[i], err = watchOn(ctx, channels[i%len(channels)], &pb.WatchRequest{
-				Resource: &pb.ResourceRef{Version: "v1", Resource: "pods"}, Namespace: *ns, FieldSelector: selector,
+		if target == "fanout" {
+			var w *fanoutWatch
+			w, err = watchOn(ctx, channels[i%len(channels)], &pb.WatchRequest{
+				Resource: &pb.ResourceRef{Version: "v1", Resource: "pods"}, Namespace: ns, FieldSelector: selector,
 			})
+			if err == nil && i < len(channels) {
+				// The first watch on each channel closes it with itself.
+				w.conn = channels[i]
+			}
+			streams[i] = w
 			return err
 		}
 		cs := apiClients[i%len(apiClients)]
 		// From now: the watch starts at the list's RV.
-		list, err := cs.CoreV1().Pods(*ns).List(ctx, metav1.ListOptions{FieldSelector: selector, Limit: 1})
+		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: selector, Limit: 1})
 		if err != nil {
 			return err
 		}
-		streams[i], err = watchAPI(ctx, cs, protoType, *ns, "pods", map[string]string{
+		streams[i], err = watchAPI(ctx, cs, protoType, ns, "pods", map[string]string{
 			"resourceVersion": list.ResourceVersion, "fieldSelector": selector,
 		})
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("opening watchers: %w", err)
-	}
-	openS := time.Since(opened).Seconds()
+	return streams, err
+}
 
-	var windowStart atomic.Int64
-	windowStart.Store(1<<63 - 1)
-	states := make([]*watcherState, n)
-	var streamErr atomic.Pointer[error]
+// readNodeWatchers counts each watcher's deliveries of writes stamped
+// after windowStart, failing on a pod of another node.
+func readNodeWatchers(ctx context.Context, target string, streams []events, windowStart *atomic.Int64, streamErr *atomic.Pointer[error]) []*watcherState {
+	states := make([]*watcherState, len(streams))
 	for i, s := range streams {
 		st := &watcherState{}
 		states[i] = st
 		own := []byte(`"` + podName(i))
-		if *target == "apiserver-proto" {
+		if target == "apiserver-proto" {
 			// Protobuf strings are length-prefixed, not quoted.
 			own = []byte(podName(i))
 		}
@@ -194,7 +319,7 @@ func nodes(args []string) (*nodesResult, error) {
 				}
 				now := time.Now().UnixNano()
 				if !bytes.Contains(b, own) {
-					err := fmt.Errorf("watcher of %s got another node's pod", nodeName(i))
+					err := fmt.Errorf("%s: watcher of %s got another node's pod", target, nodeName(i))
 					streamErr.CompareAndSwap(nil, &err)
 					return
 				}
@@ -203,63 +328,7 @@ func nodes(args []string) (*nodesResult, error) {
 			}
 		}()
 	}
-
-	window, err := processes(servers.pids).start()
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	windowStart.Store(start.UnixNano())
-	if err := w.run(ctx, writes, *rate); err != nil {
-		return nil, fmt.Errorf("writer: %w", err)
-	}
-	// Each write is one delivery, to its node's watcher only: watcher i
-	// gets the writes k with k mod watchers = i.
-	expected := 0
-	if n > 0 {
-		expected = writes
-	}
-	complete := func() bool {
-		for i, st := range states {
-			if st.delivered.Load() < int64(writes/n+boolInt(i < writes%n)) {
-				return false
-			}
-		}
-		return true
-	}
-	waitErr := waitFor(*drain, complete, &streamErr)
-	wall := time.Since(start)
-	if err := processes(servers.pids).end(window); err != nil {
-		return nil, err
-	}
-	cancel()
-	for _, s := range streams {
-		s.close()
-	}
-	var delivered int64
-	var all []int64
-	for _, st := range states {
-		delivered += st.delivered.Load()
-		all = append(all, st.latencies...)
-	}
-	result := &nodesResult{
-		Case: "nodes", Target: *target, Watchers: n, Connections: max(len(apiClients), len(channels)),
-		Writes: writes, Expected: expected, Delivered: delivered, OpenS: openS, WallS: wall.Seconds(), Procs: window,
-	}
-	if waitErr != nil {
-		return result, fmt.Errorf("%d of %d deliveries after %v: %w", delivered, expected, wall, waitErr)
-	}
-	if delivered != int64(expected) {
-		return result, fmt.Errorf("%d deliveries, expected %d", delivered, expected)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	if len(all) > 0 {
-		ms := func(q float64) float64 {
-			return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / 1e6
-		}
-		result.P50Ms, result.P99Ms, result.MaxMs = ms(0.5), ms(0.99), float64(all[len(all)-1])/1e6
-	}
-	return result, nil
+	return states
 }
 
 func boolInt(b bool) int {

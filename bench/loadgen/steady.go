@@ -88,8 +88,9 @@ func configMapWriter(cs *kubernetes.Clientset, ns string, objects int) *writer {
 	}}
 }
 
-// run writes count times at rate per second; returns when all are answered.
-func (w *writer) run(ctx context.Context, count int, rate float64) error {
+// run makes writes from..from+count-1 at rate per second; returns when all
+// are answered.
+func (w *writer) run(ctx context.Context, from, count int, rate float64) error {
 	jobs := make(chan int, count)
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -107,7 +108,7 @@ func (w *writer) run(ctx context.Context, count int, rate float64) error {
 	start := time.Now()
 	for k := range count {
 		time.Sleep(time.Until(start.Add(time.Duration(float64(k) / rate * float64(time.Second)))))
-		jobs <- k
+		jobs <- from + k
 	}
 	close(jobs)
 	wg.Wait()
@@ -259,7 +260,7 @@ func steady(args []string) (*steadyResult, error) {
 	if *target == "floor" {
 		err = floor.send(1, 1)
 	} else {
-		err = w.run(ctx, 1, 1)
+		err = w.run(ctx, 0, 1, 1)
 	}
 	if err != nil {
 		return nil, err
@@ -284,7 +285,7 @@ func steady(args []string) (*steadyResult, error) {
 	if *target == "floor" {
 		err = floor.send(writes, *rate)
 	} else {
-		err = w.run(ctx, writes, *rate)
+		err = w.run(ctx, 0, writes, *rate)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("writer: %w", err)
@@ -329,14 +330,21 @@ func steady(args []string) (*steadyResult, error) {
 			all = append(all, st.latencies...)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	if len(all) > 0 {
-		ms := func(q float64) float64 {
-			return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / 1e6
-		}
-		result.P50Ms, result.P99Ms, result.MaxMs = ms(0.5), ms(0.99), float64(all[len(all)-1])/1e6
-	}
+	result.P50Ms, result.P99Ms, result.MaxMs = percentiles(all)
 	return result, nil
+}
+
+// percentiles are the p50, p99 and maximum of latencies (nanoseconds), in
+// milliseconds; zero without any. Sorts latencies.
+func percentiles(latencies []int64) (p50, p99, maxMs float64) {
+	if len(latencies) == 0 {
+		return 0, 0, 0
+	}
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	ms := func(q float64) float64 {
+		return float64(latencies[min(len(latencies)-1, int(q*float64(len(latencies))))]) / 1e6
+	}
+	return ms(0.5), ms(0.99), float64(latencies[len(latencies)-1]) / 1e6
 }
 
 func nonNil(s []events) []events {

@@ -78,6 +78,16 @@ pub struct Args {
     /// many as watchers: each on its own).
     #[arg(long, value_delimiter = ',', default_values_t = [500, 100])]
     nodes_connections: Vec<usize>,
+    /// Rounds of the nodes case, each a window of writes to watched pods
+    /// and one (as long) of writes to pods no watcher watches.
+    #[arg(long, default_value_t = 5)]
+    nodes_rounds: usize,
+    /// In the nodes case, kube-fanout's watchers use fixed HTTP/2 windows
+    /// (4 MiB per stream, as client-go's), which turns off grpc-go's
+    /// bandwidth-delay-product pings (by default one per event on a quiet
+    /// watch).
+    #[arg(long)]
+    fanout_static_window: bool,
     /// A kube-fanout binary to measure instead of this tree's release
     /// build, to compare two builds.
     #[arg(long)]
@@ -86,6 +96,10 @@ pub struct Args {
 
 /// ConfigMaps the steady writer cycles through.
 const STEADY_OBJECTS: usize = 100;
+
+/// Pods after the watched ones in the nodes case, on nodes no watcher
+/// watches: its "off" windows write these.
+const SPARE_PODS: usize = 100;
 
 /// A kube-fanout binary running against the control plane.
 struct Fanout {
@@ -117,13 +131,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // With this package too, so cargo unifies features as it did for this
     // binary and rebuilds nothing shared.
-    status(
-        Command::new(cargo)
-            .args(["build", "--release", "--bins"])
-            .args(["-p", "kube-fanout", "-p", "kube-fanout-bench"])
-            .current_dir(&root),
-    )
-    .await?;
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--release", "--bins"])
+        .args(["-p", "kube-fanout", "-p", "kube-fanout-bench"])
+        .current_dir(&root);
+    // Without the variables `cargo run` set for this binary: build scripts
+    // (ring's) rerun when they change, so each `cargo run` and this build
+    // would otherwise rebuild ring and everything above it for the other.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "OUT_DIR",
+            ]
+            .contains(&&*name)
+        {
+            build.env_remove(&*name);
+        }
+    }
+    status(&mut build).await?;
     let loadgen = target.join("release/loadgen");
     status(
         Command::new("go")
@@ -170,8 +201,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         bench.loadgen_setup("herd", bench.args.herd_objects).await?;
     }
     if cases.contains(&Case::Nodes) {
-        let pods = bench.args.nodes.iter().max().copied().unwrap_or(0);
-        eprintln!("creating {pods} pods in nodes, one per node");
+        let pods = bench.args.nodes.iter().max().copied().unwrap_or(0) + SPARE_PODS;
+        eprintln!("creating {pods} pods in nodes, one per node ({SPARE_PODS} never watched)");
         status(Command::new(&bench.loadgen).args([
             "pods",
             "-kubeconfig",
@@ -425,31 +456,36 @@ impl Bench {
         Ok(herd_table(&self.args, &runs))
     }
 
-    /// The node-scoped case at `watchers` nodes over `connections`: the
-    /// API server's writes-only baseline, the API server, kube-fanout.
+    /// The node-scoped case at `watchers` nodes over `connections`, both
+    /// servers' watchers open side by side, writes to watched and to
+    /// unwatched pods in turn.
     async fn nodes(&self, watchers: usize, connections: usize) -> anyhow::Result<String> {
-        let mut runs = BTreeMap::new();
-        for target in ["none", "apiserver-proto", "fanout"] {
-            let result = self
-                .loadgen(
-                    "nodes",
-                    &[
-                        "-target".into(),
-                        target.into(),
-                        "-watchers".into(),
-                        watchers.to_string(),
-                        "-connections".into(),
-                        connections.to_string(),
-                        "-rate".into(),
-                        self.args.rate.to_string(),
-                        "-seconds".into(),
-                        self.args.seconds.to_string(),
-                    ],
-                )
-                .await?;
-            runs.insert(target, result);
-        }
-        Ok(nodes_table(&runs))
+        let load_before = load_average()?;
+        let static_window = self.args.fanout_static_window;
+        let result = self
+            .loadgen(
+                "nodes",
+                &[
+                    format!("-fanout-static-window={static_window}"),
+                    "-targets".into(),
+                    "apiserver-proto,fanout".into(),
+                    "-watchers".into(),
+                    watchers.to_string(),
+                    "-connections".into(),
+                    connections.to_string(),
+                    "-spare".into(),
+                    SPARE_PODS.to_string(),
+                    "-rate".into(),
+                    self.args.rate.to_string(),
+                    "-seconds".into(),
+                    self.args.seconds.to_string(),
+                    "-rounds".into(),
+                    self.args.nodes_rounds.to_string(),
+                ],
+            )
+            .await?;
+        let load = [load_before, load_average()?];
+        Ok(nodes_table(&result, self.args.rate, static_window, &load))
     }
 
     /// Memory per idle subscriber, each on its own connection.
@@ -630,86 +666,229 @@ fn herd_table(args: &Args, runs: &[Value]) -> String {
     out
 }
 
-/// The nodes case laid out: server CPU per event (each event is one
-/// delivery, to its node's watcher), latency, open time and memory.
-fn nodes_table(runs: &BTreeMap<&str, Value>) -> String {
-    let baseline = cpu(&runs["none"], "kube-apiserver");
-    let server_cpu = |target: &str| match target {
-        "fanout" => cpu(&runs[target], "kube-fanout"),
-        _ => cpu(&runs[target], "kube-apiserver") - baseline,
+/// The first three fields of `/proc/loadavg`: the 1, 5 and 15 minute
+/// load averages.
+fn load_average() -> anyhow::Result<String> {
+    let text = std::fs::read_to_string("/proc/loadavg")?;
+    Ok(text
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" / "))
+}
+
+/// One server's CPU in the nodes case: per window, split by whether the
+/// window's writes went to watched pods.
+struct WindowCpu {
+    /// (on, off) CPU seconds of each round, in round order.
+    rounds: Vec<(f64, f64)>,
+    /// Writes per window.
+    writes: f64,
+}
+
+impl WindowCpu {
+    fn of(result: &Value, process: &str) -> Self {
+        let windows = result["windows"].as_array().cloned().unwrap_or_default();
+        let writes = windows
+            .first()
+            .and_then(|w| w["writes"].as_f64())
+            .unwrap_or(f64::NAN);
+        let rounds = windows
+            .chunks_exact(2)
+            .map(|pair| {
+                let (on, off) = if pair[0]["on"] == true {
+                    (&pair[0], &pair[1])
+                } else {
+                    (&pair[1], &pair[0])
+                };
+                (cpu(on, process), cpu(off, process))
+            })
+            .collect();
+        WindowCpu { rounds, writes }
+    }
+
+    fn on(&self) -> f64 {
+        self.rounds.iter().map(|r| r.0).sum()
+    }
+
+    fn off(&self) -> f64 {
+        self.rounds.iter().map(|r| r.1).sum()
+    }
+
+    /// CPU per delivery: the on windows less the off windows, over the on
+    /// windows' writes (one delivery each).
+    fn per_delivery(&self) -> f64 {
+        (self.on() - self.off()) / (self.writes * self.rounds.len() as f64) * 1e6
+    }
+
+    /// Each round's on − off per delivery, sorted.
+    fn round_deltas(&self) -> Vec<f64> {
+        let mut deltas: Vec<f64> = self
+            .rounds
+            .iter()
+            .map(|(on, off)| (on - off) / self.writes * 1e6)
+            .collect();
+        deltas.sort_by(f64::total_cmp);
+        deltas
+    }
+
+    fn median_delta(&self) -> f64 {
+        median(&self.round_deltas())
+    }
+
+    /// The standard error of [`Self::per_delivery`], the rounds' mean:
+    /// their sample standard deviation over the square root of their count.
+    fn std_error(&self) -> f64 {
+        let deltas = self.round_deltas();
+        let n = deltas.len() as f64;
+        let mean = deltas.iter().sum::<f64>() / n;
+        let variance = deltas.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (variance / n).sqrt()
+    }
+}
+
+/// The median of sorted `xs` (NaN if empty).
+fn median(xs: &[f64]) -> f64 {
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
+}
+
+/// The nodes case laid out: each server's CPU per delivery (on windows
+/// less off windows), each round's, latency, open time and memory.
+fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2]) -> String {
+    let columns = [
+        ("apiserver-proto", "kube-apiserver"),
+        ("fanout", "kube-fanout"),
+    ];
+    let cpus = columns.map(|(_, process)| WindowCpu::of(result, process));
+    let targets = columns.map(|(target, _)| &result["targets"][target]);
+    let row = |label: &str, cell: &dyn Fn(&Value, &WindowCpu, &str) -> String| {
+        let cells: Vec<String> = (0..columns.len())
+            .map(|i| cell(targets[i], &cpus[i], columns[i].1))
+            .collect();
+        format!("| {label} | {} |\n", cells.join(" | "))
     };
-    let per_event = |target: &str| {
-        server_cpu(target) / runs[target]["writes"].as_f64().unwrap_or(f64::NAN) * 1e6
-    };
-    let (api, fanout) = (&runs["apiserver-proto"], &runs["fanout"]);
-    let row = |label: &str, cell: &dyn Fn(&Value, &str) -> String| {
-        format!(
-            "| {label} | {} | {} |\n",
-            cell(api, "apiserver-proto"),
-            cell(fanout, "fanout")
-        )
-    };
+    let writes = cpus[0].writes;
     let mut out = format!(
-        "\n### {} node watchers over {} connections, {} pod writes in {} s\n\n\
+        "\n### {} node watchers per server over {} connections each, both servers' watchers open side by side\n\n\
+         {} rounds, each a window of {} writes to the watched pods (on: one delivery per server each) \
+         and one of {} writes to pods no watcher watches (off), {} writes/s, alternating on-off, off-on. \
+         kube-fanout's watchers: grpc-go with {}. Load average (1 / 5 / 15 min) before: {}, after: {}.\n\n\
          | | kube-apiserver (protobuf) | kube-fanout (TLS) |\n|---|---|---|\n",
-        fanout["watchers"],
-        fanout["connections"],
-        fanout["writes"],
-        down(fanout["wall_s"].as_f64().unwrap_or(0.0), 1)
-    );
-    out += &row(
-        "deliveries (all checked, each to its node's watcher)",
-        &|r, _| match r["error"].as_str() {
-            Some(error) => format!(
-                "**{} of {}, incomplete**: {error}",
-                r["delivered"], r["expected"]
-            ),
-            None => format!("{}", r["delivered"]),
+        result["watchers"],
+        result["connections"],
+        cpus[0].rounds.len(),
+        writes,
+        writes,
+        rate,
+        if static_window {
+            "fixed 4 MiB stream windows (no BDP pings)"
+        } else {
+            "its default dynamic windows (a BDP ping per event on a quiet watch)"
         },
+        load[0],
+        load[1],
     );
-    out += &row("server CPU in the window", &|_, t| {
-        format!("{} s", down(server_cpu(t), 2))
-    });
-    out += &row("server CPU per event = per delivery", &|_, t| {
-        format!("{} µs", down(per_event(t), 1))
-    });
-    // kube-fanout's own baseline: its reflector following the same
-    // writes with no watcher open (measured in the writes-only run).
-    let fanout_baseline = cpu(&runs["none"], "kube-fanout");
+    if let Some(error) = result["error"].as_str() {
+        out += &format!("| **incomplete** | {error} | |\n");
+    }
     out += &row(
-        "... above its own writes-only baseline, per delivery",
-        &|r, t| {
-            let own = if t == "fanout" {
-                cpu(r, "kube-fanout") - fanout_baseline
-            } else {
-                server_cpu(t)
-            };
+        "deliveries (all checked, each to its node's watcher; none of the off writes)",
+        &|t, _, _| format!("{} of {}", t["delivered"], t["expected"]),
+    );
+    out += &row("server CPU: on windows / off windows", &|_, c, _| {
+        format!("{} s / {} s", down(c.on(), 2), down(c.off(), 2))
+    });
+    out += &row(
+        "**server CPU per delivery** (on − off) / deliveries",
+        &|_, c, _| {
             format!(
-                "{} µs",
-                down(own / r["writes"].as_f64().unwrap_or(f64::NAN) * 1e6, 1)
+                "**{} µs** (± {} µs standard error)",
+                down(c.per_delivery(), 1),
+                down(c.std_error(), 1)
             )
         },
     );
-    out += &row("latency p50 / p99 / max", &|r, _| latency(r));
-    out += &row("time to open the watches (32 at a time)", &|r, _| {
-        format!("{} s", down(r["open_s"].as_f64().unwrap_or(0.0), 1))
+    out += &row(
+        "each round's (on − off) per delivery, sorted: median",
+        &|_, c, _| {
+            let deltas: Vec<String> = c.round_deltas().iter().map(|d| down(*d, 1)).collect();
+            format!("{}: {} µs", deltas.join(", "), down(c.median_delta(), 1))
+        },
+    );
+    out += &row("all its CPU in the on windows, per write", &|_, c, _| {
+        format!(
+            "{} µs",
+            down(c.on() / (c.writes * c.rounds.len() as f64) * 1e6, 1)
+        )
     });
-    out += &row("server RSS at the window's end", &|r, t| {
-        let process = if t == "fanout" {
-            "kube-fanout"
-        } else {
-            "kube-apiserver"
-        };
-        mib(&r["procs"][process]["rss_end"])
+    out += &row("latency p50 / p99 / max", &|t, _, _| latency(t));
+    out += &row("time to open the watches (32 at a time)", &|t, _, _| {
+        format!("{} s", down(t["open_s"].as_f64().unwrap_or(0.0), 1))
     });
+    out += &row("server RSS at the end", &|_, _, process| {
+        let last = result["windows"]
+            .as_array()
+            .and_then(|w| w.last())
+            .cloned()
+            .unwrap_or_default();
+        mib(&last["procs"][process]["rss_end"])
+    });
+    let [api, fanout] = &cpus;
     out += &format!(
-        "\nWrites-only baseline (no watcher open): kube-apiserver {} s CPU, kube-fanout {} s (its reflector), for {} writes. \
-         kube-apiserver's CPU rows are above its baseline; kube-fanout's first is all its own CPU. \
-         kube-apiserver / kube-fanout per delivery: {}.\n",
-        down(baseline, 2),
-        down(fanout_baseline, 2),
-        runs["none"]["writes"],
-        down(per_event("apiserver-proto") / per_event("fanout"), 2)
+        "\nkube-apiserver / kube-fanout per delivery: {} (all rounds), {} (the rounds' medians).\n",
+        down(api.per_delivery() / fanout.per_delivery(), 2),
+        down(api.median_delta() / fanout.median_delta(), 2),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn window(on: bool, cpu_s: f64) -> Value {
+        json!({"on": on, "writes": 1000, "procs": {"server": {"cpu_s": cpu_s}}})
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6
+    }
+
+    #[test]
+    fn cpu_per_delivery_pairs_each_rounds_on_and_off_whatever_their_order() {
+        // On-off, off-on, on-off: 300, 100 and 500 µs per delivery.
+        let result = json!({"windows": [
+            window(true, 1.3), window(false, 1.0),
+            window(false, 2.0), window(true, 2.1),
+            window(true, 1.5), window(false, 1.0),
+        ]});
+        let cpu = WindowCpu::of(&result, "server");
+        let deltas = cpu.round_deltas();
+        assert!(
+            deltas.len() == 3 && close(deltas[0], 100.0) && close(deltas[1], 300.0),
+            "{deltas:?}"
+        );
+        assert!(close(deltas[2], 500.0), "{deltas:?}");
+        assert!(close(cpu.on(), 4.9) && close(cpu.off(), 4.0));
+        assert!(close(cpu.per_delivery(), 300.0), "{}", cpu.per_delivery());
+        assert!(close(cpu.median_delta(), 300.0));
+        // Sample standard deviation 200 µs, over √3.
+        assert!(
+            close(cpu.std_error(), 200.0 / 3f64.sqrt()),
+            "{}",
+            cpu.std_error()
+        );
+    }
+
+    #[test]
+    fn median_of_an_even_count_is_the_middle_twos_mean() {
+        assert!(close(median(&[-40.0, 120.0]), 40.0));
+        assert!(close(median(&[1.0, 2.0, 7.0]), 2.0));
+        assert!(median(&[]).is_nan());
+    }
 }

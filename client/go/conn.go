@@ -28,6 +28,14 @@ import (
 	pb "github.com/kube-fanout/kube-fanout/client/go/kubefanoutv1"
 )
 
+// streamWindow and connWindow are the HTTP/2 flow-control windows of a
+// stream and of a connection: client-go's stream window, and room for four
+// streams at full speed on one connection.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 4 * streamWindow
+)
+
 // maxMessage is the largest message accepted: one object of a big type can
 // be megabytes, and a List page holds many.
 const maxMessage = 64 << 20
@@ -126,6 +134,14 @@ func dialOptions(addr string, s *settings) []grpc.DialOption {
 		// A peer that vanished without closing the connection (a deleted
 		// pod) is noticed within seconds, not at the next TCP timeout.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		// Fixed flow-control windows, as client-go's HTTP/2 transport has
+		// (4 MiB a stream). Setting them turns off grpc-go's bandwidth
+		// estimator, which answers the first DATA frame after each ping
+		// ack with a WINDOW_UPDATE and a PING: on a quiet watch, one per
+		// event, which the server must read and acknowledge (what that
+		// costs it: BENCHMARKS.md, node-scoped watchers).
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 	}
 	if s.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(s.token)))

@@ -88,6 +88,12 @@ func serve(t *testing.T, f *fakeServer, cert *tls.Certificate) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, f, cert, lis)
+}
+
+// serveOn starts f on lis (TLS when cert is given) and returns its address.
+func serveOn(t *testing.T, f *fakeServer, cert *tls.Certificate, lis net.Listener) string {
+	t.Helper()
 	var opts []grpc.ServerOption
 	if cert != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*cert}})))
