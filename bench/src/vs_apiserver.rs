@@ -71,6 +71,11 @@ pub struct Args {
     /// Idle subscribers.
     #[arg(long, default_value_t = 10_000)]
     idle_watchers: usize,
+    /// Times the idle case measures each `--fanout-bin` build, taking
+    /// them in turn (A, B, A, B, ...), so builds compared side by side
+    /// meet the same machine load.
+    #[arg(long, default_value_t = 1)]
+    idle_rounds: usize,
     /// Node watcher counts of the nodes case.
     #[arg(long, value_delimiter = ',', default_values_t = [500, 5000])]
     nodes: Vec<usize>,
@@ -88,10 +93,11 @@ pub struct Args {
     /// watch).
     #[arg(long)]
     fanout_static_window: bool,
-    /// A kube-fanout binary to measure instead of this tree's release
-    /// build, to compare two builds.
-    #[arg(long)]
-    fanout_bin: Option<PathBuf>,
+    /// kube-fanout binaries to measure instead of this tree's release
+    /// build. With several (comma-separated), the idle case measures each
+    /// in turn, side by side in one table; the other cases use the first.
+    #[arg(long, value_delimiter = ',')]
+    fanout_bin: Vec<PathBuf>,
 }
 
 /// ConfigMaps the steady writer cycles through.
@@ -113,7 +119,8 @@ struct Fanout {
 struct Bench {
     cp: ControlPlane,
     loadgen: PathBuf,
-    fanout_bin: PathBuf,
+    /// The builds to measure; the first is the one started by default.
+    fanout_bins: Vec<PathBuf>,
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
@@ -186,10 +193,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut bench = Bench {
         cp,
         loadgen,
-        fanout_bin: args
-            .fanout_bin
-            .clone()
-            .unwrap_or_else(|| target.join("release/kube-fanout")),
+        fanout_bins: if args.fanout_bin.is_empty() {
+            vec![target.join("release/kube-fanout")]
+        } else {
+            args.fanout_bin.clone()
+        },
         ca: dir.join("fanout-ca.crt"),
         cert: dir.join("fanout.crt"),
         key: dir.join("fanout.key"),
@@ -212,7 +220,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ]))
         .await?;
     }
-    bench.restart_fanout("v1/configmaps").await?;
+    bench.restart_fanout(0, "v1/configmaps").await?;
     let mut out = String::new();
     for case in cases {
         out.push_str(&match case {
@@ -231,14 +239,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 bench.steady(100, bench.args.fast_rate, seconds).await?
             }
             Case::Herd => bench.herd().await?,
-            Case::Idle => {
-                // A fresh process: memory freed by earlier cases would be
-                // reused by the subscribers without showing in RSS.
-                bench.restart_fanout("v1/configmaps").await?;
-                bench.idle().await?
-            }
+            Case::Idle => bench.idle().await?,
             Case::Nodes => {
-                bench.restart_fanout("v1/pods").await?;
+                bench.restart_fanout(0, "v1/pods").await?;
                 let mut tables = String::new();
                 let args = bench.args.clone();
                 if args.nodes.len() != args.nodes_connections.len() {
@@ -284,15 +287,15 @@ impl Bench {
         .await
     }
 
-    /// Stops kube-fanout if running and starts it again serving
-    /// `resource`, waiting until it has synced.
-    async fn restart_fanout(&mut self, resource: &str) -> anyhow::Result<()> {
+    /// Stops kube-fanout if running and starts build `bin` (an index
+    /// into `fanout_bins`) serving `resource`, waiting until it has synced.
+    async fn restart_fanout(&mut self, bin: usize, resource: &str) -> anyhow::Result<()> {
         self.fanout = None;
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let log = self.cp.dir().join("kube-fanout.log");
         let file = std::fs::File::create(&log)?;
-        let child = tied_command(&self.fanout_bin)
+        let child = tied_command(&self.fanout_bins[bin])
             .args(["--resource", resource, "--auth=none", "--listen", &addr])
             // Without authentication the caller is the client address, so
             // every watcher here (all from 127.0.0.1) would be one caller;
@@ -488,33 +491,96 @@ impl Bench {
         Ok(nodes_table(&result, self.args.rate, static_window, &load))
     }
 
-    /// Memory per idle subscriber, each on its own connection.
-    async fn idle(&self) -> anyhow::Result<String> {
-        let result = self
-            .loadgen(
-                "idle",
-                &["-watchers".into(), self.args.idle_watchers.to_string()],
-            )
-            .await?;
-        let fanout = &result["procs"]["kube-fanout"];
-        Ok(format!(
-            "\n### {n} idle subscribers, each on its own TLS connection\n\n\
-             | | kube-fanout |\n|---|---|\n\
-             | RSS before / after | {before} / {after} |\n\
-             | server memory per idle subscriber | {per} KiB |\n\
-             | CPU to accept them (TLS handshakes included) | {cpu} s |\n\
-             | time to open them all (64 at a time) | {open} s |\n",
-            n = result["watchers"],
-            before = mib(&fanout["rss_start"]),
-            after = mib(&fanout["rss_end"]),
-            per = down(
-                result["bytes_per_subscriber"].as_f64().unwrap_or(0.0) / 1024.0,
-                1
-            ),
-            cpu = down(fanout["cpu_s"].as_f64().unwrap_or(0.0), 2),
-            open = down(result["open_s"].as_f64().unwrap_or(0.0), 1),
-        ))
+    /// Memory per idle subscriber, each on its own connection: each
+    /// `--fanout-bin` build in turn, `--idle-rounds` times, each in a fresh
+    /// process (memory freed by earlier cases would be reused by the
+    /// subscribers without showing in RSS).
+    async fn idle(&mut self) -> anyhow::Result<String> {
+        let mut runs = Vec::new();
+        for round in 1..=self.args.idle_rounds.max(1) {
+            for bin in 0..self.fanout_bins.len() {
+                self.restart_fanout(bin, "v1/configmaps").await?;
+                let load = load_average()?;
+                let result = self
+                    .loadgen(
+                        "idle",
+                        &["-watchers".into(), self.args.idle_watchers.to_string()],
+                    )
+                    .await?;
+                runs.push(IdleRun {
+                    round,
+                    bin,
+                    load,
+                    result,
+                });
+            }
+        }
+        // Leave the first build serving, as the other cases expect.
+        self.restart_fanout(0, "v1/configmaps").await?;
+        Ok(idle_table(&self.fanout_bins, &runs))
     }
+}
+
+
+/// One measurement of the idle case.
+struct IdleRun {
+    /// Which pass over the builds, from 1.
+    round: usize,
+    /// The build's index in `--fanout-bin`.
+    bin: usize,
+    /// The load average when it started.
+    load: String,
+    /// The load generator's result.
+    result: Value,
+}
+
+/// The idle case laid out, one column per run.
+fn idle_table(bins: &[PathBuf], runs: &[IdleRun]) -> String {
+    let per_sub = |r: &Value| r["bytes_per_subscriber"].as_f64().unwrap_or(0.0) / 1024.0;
+    let row = |label: &str, cell: &dyn Fn(&IdleRun) -> String| {
+        let cells: Vec<String> = runs.iter().map(cell).collect();
+        format!("| {label} | {} |\n", cells.join(" | "))
+    };
+    let watchers = runs
+        .first()
+        .map(|r| r.result["watchers"].clone())
+        .unwrap_or_default();
+    let mut out = format!("\n### {watchers} idle subscribers, each on its own TLS connection\n\n");
+    for (i, bin) in bins.iter().enumerate() {
+        out += &format!("- build {}: `{}`\n", i + 1, bin.display());
+    }
+    out += "\n";
+    out += &row("", &|r| format!("build {}, round {}", r.bin + 1, r.round));
+    out += &format!("|---|{}\n", "---|".repeat(runs.len()));
+    out += &row("load average (1, 5, 15 min) at the start", &|r| {
+        r.load.clone()
+    });
+    out += &row("RSS before / after", &|r| {
+        let fanout = &r.result["procs"]["kube-fanout"];
+        format!(
+            "{} / {}",
+            mib(&fanout["rss_start"]),
+            mib(&fanout["rss_end"])
+        )
+    });
+    out += &row("server memory per idle subscriber", &|r| {
+        format!("{} KiB", down(per_sub(&r.result), 2))
+    });
+    out += &row("... / build 1's in the same round", &|r| {
+        let first = runs
+            .iter()
+            .find(|other| other.round == r.round && other.bin == 0)
+            .map(|other| per_sub(&other.result))
+            .unwrap_or(f64::NAN);
+        down(per_sub(&r.result) / first, 3)
+    });
+    out += &row("CPU to accept them (TLS handshakes included)", &|r| {
+        format!("{} s", down(cpu(&r.result, "kube-fanout"), 2))
+    });
+    out += &row("time to open them all (64 at a time)", &|r| {
+        format!("{} s", down(r.result["open_s"].as_f64().unwrap_or(0.0), 1))
+    });
+    out
 }
 
 /// A run's latency percentiles, as the tables show them.
