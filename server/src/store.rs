@@ -716,11 +716,7 @@ impl Store {
         }
         loop {
             let p0 = self.ring.lock().seq;
-            let mut copy: HashMap<String, Arc<Object>> = self
-                .objects
-                .iter()
-                .map(|e| (e.key().clone(), e.value().clone()))
-                .collect();
+            let walked: Vec<Arc<Object>> = self.objects.iter().map(|e| e.value().clone()).collect();
             let (p1, rv, replay, open_unit, synced) = {
                 let ring = self.ring.lock();
                 if ring.oldest_seq() > p0 + 1 {
@@ -745,21 +741,31 @@ impl Store {
                     ring.floor.is_some(),
                 )
             };
-            for event in replay.iter().filter(|e| e.seq > p0) {
-                redo(&mut copy, event);
-            }
             #[cfg(test)]
             self.paths.record(p1 > p0, open_unit.is_some());
-            let seq = match open_unit {
-                None => p1,
-                Some(unit) => {
-                    for event in replay.iter().rev().take_while(|e| e.seq >= unit.first_seq) {
-                        undo(&mut copy, event);
-                    }
-                    unit.first_seq - 1
+            // Nothing to replay or undo (no write during the walk, no unit
+            // open): the walk is the state at P1 as it is. Otherwise the
+            // events are applied over a map of it by key.
+            let (seq, objects) = if replay.is_empty() {
+                (p1, walked)
+            } else {
+                let mut copy: HashMap<String, Arc<Object>> =
+                    walked.into_iter().map(|o| (o.key.clone(), o)).collect();
+                for event in replay.iter().filter(|e| e.seq > p0) {
+                    redo(&mut copy, event);
                 }
+                let seq = match open_unit {
+                    None => p1,
+                    Some(unit) => {
+                        for event in replay.iter().rev().take_while(|e| e.seq >= unit.first_seq) {
+                            undo(&mut copy, event);
+                        }
+                        unit.first_seq - 1
+                    }
+                };
+                (seq, copy.into_values().collect())
             };
-            let objects = sorted(copy);
+            let objects = sorted(objects);
             // Exact at P1 when no unit was open there: any later snapshot
             // that still finds the ring at P1 may have it.
             if open_unit.is_none() && synced {
@@ -825,7 +831,7 @@ impl Store {
         Ok(Snapshot {
             resource_version: rv,
             seq: cursor,
-            objects: sorted(objects),
+            objects: sorted(objects.into_values().collect()),
         })
     }
 
@@ -903,10 +909,10 @@ fn undo(copy: &mut HashMap<String, Arc<Object>>, event: &Event) {
     }
 }
 
-/// The objects of a copy, ordered by key.
-fn sorted(copy: HashMap<String, Arc<Object>>) -> Arc<[Arc<Object>]> {
-    let mut objects: Vec<Arc<Object>> = copy.into_values().collect();
-    objects.sort_by(|a, b| a.key.cmp(&b.key));
+/// The objects of a copy, ordered by key (keys are unique: no stability
+/// needed).
+fn sorted(mut objects: Vec<Arc<Object>>) -> Arc<[Arc<Object>]> {
+    objects.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     objects.into()
 }
 
@@ -1015,6 +1021,16 @@ pub(crate) mod tests {
             Arc::ptr_eq(&first.objects, &second.objects),
             "no write in between: one copy"
         );
+        // A write that leaves the resourceVersion where it was still moves
+        // the position: the next snapshot is its own.
+        store.apply(EventKind::Deleted, object("b", 2, "{}"));
+        let without_b = store.snapshot();
+        assert_eq!(without_b.resource_version, ResourceVersion(2));
+        assert_eq!(
+            contents(&without_b.objects),
+            BTreeMap::from([("ns/a".to_owned(), 1)])
+        );
+        store.apply(EventKind::Added, object("b", 2, "{}"));
         store.apply(EventKind::Added, object("c", 3, "{}"));
         let third = store.snapshot();
         assert!(!Arc::ptr_eq(&first.objects, &third.objects));
@@ -1187,7 +1203,7 @@ pub(crate) mod tests {
             assert_eq!(snapshot.resource_version, rv, "at seq {}", snapshot.seq);
             assert_eq!(
                 contents(&snapshot.objects),
-                contents(&sorted(state.clone())),
+                contents(&sorted(state.values().cloned().collect())),
                 "at seq {}",
                 snapshot.seq
             );
