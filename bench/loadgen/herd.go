@@ -218,11 +218,22 @@ func watchList(ctx context.Context, cs *kubernetes.Clientset, ns string) (int64,
 // initial-events-end bookmark; returns the object bytes (twice: gRPC's
 // framing is not counted) and the objects.
 func fanoutSnapshot(ctx context.Context, d *fanoutDialer, ns string) (int64, int64, int64, error) {
-	w, err := d.watch(ctx, &pb.WatchRequest{Resource: configMaps(), Namespace: ns, SendInitialEvents: true, AllowBookmarks: true})
+	w, err := d.watch(ctx, snapshotRequest(ns))
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer w.close()
+	return readSnapshot(w)
+}
+
+// snapshotRequest asks for a Watch with initial events of ns's ConfigMaps.
+func snapshotRequest(ns string) *pb.WatchRequest {
+	return &pb.WatchRequest{Resource: configMaps(), Namespace: ns, SendInitialEvents: true, AllowBookmarks: true}
+}
+
+// readSnapshot reads w until its initial-events-end bookmark (see
+// fanoutSnapshot).
+func readSnapshot(w *fanoutWatch) (int64, int64, int64, error) {
 	var objectBytes, objects int64
 	for {
 		ev, err := w.stream.Recv()

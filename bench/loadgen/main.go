@@ -8,6 +8,7 @@
 //	loadgen setup  -kubeconfig F -namespace N -objects 100 -size 1024
 //	loadgen steady -target apiserver-json|apiserver-proto|fanout|floor|none ...
 //	loadgen herd   -target list|paged|watchlist|fanout ...
+//	loadgen snapshot -fanout ADDR -repeat 10 ...
 //	loadgen idle   -fanout ADDR -watchers 10000 ...
 //	loadgen pods   -kubeconfig F -namespace nodes -pods 5000
 //	loadgen nodes  -target apiserver-proto|fanout|none -watchers 5000 -connections 100 ...
@@ -26,7 +27,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen setup|steady|herd|idle|pods|nodes|floor-server [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen setup|steady|herd|snapshot|idle|pods|nodes|floor-server [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -38,6 +39,8 @@ func main() {
 		result, err = orNil(steady(os.Args[2:]))
 	case "herd":
 		result, err = orNil(herd(os.Args[2:]))
+	case "snapshot":
+		result, err = orNil(snapshot(os.Args[2:]))
 	case "idle":
 		result, err = orNil(idle(os.Args[2:]))
 	case "pods":

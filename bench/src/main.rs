@@ -50,15 +50,15 @@ use kube_fanout::{
     store::{EventKind, Store},
     subscription::Limits,
 };
-use kube_fanout_proto::v1::{
-    EventType, ListResourcesRequest, ResourceRef, WatchEvent, WatchRequest,
-    kube_fanout_client::KubeFanoutClient,
-    kube_fanout_server::{KubeFanout, KubeFanoutServer},
+use kube_fanout_proto::{
+    v1::{
+        EventType, ListResourcesRequest, ResourceRef, WatchEvent, WatchRequest,
+        kube_fanout_client::KubeFanoutClient,
+        kube_fanout_server::{KubeFanout, KubeFanoutServer},
+    },
+    wire::EncodedWatchEvent,
 };
-use prost::{
-    Message,
-    bytes::{Bytes, BytesMut},
-};
+use prost::{Message, bytes::BytesMut};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
     net::TcpListener,
@@ -237,7 +237,7 @@ fn core(mode: Mode, args: &RunArgs) -> anyhow::Result<Duration> {
                         ..Default::default()
                     });
                     let stream = service.watch(request).await?.into_inner();
-                    streams.push(stream.map(|e| Outgoing::Encoded(e.map(|e| e.0))).boxed());
+                    streams.push(stream.map(Outgoing::Encoded).boxed());
                 }
                 (Feeder::Store(store), streams)
             }
@@ -275,14 +275,17 @@ fn core(mode: Mode, args: &RunArgs) -> anyhow::Result<Duration> {
 
 /// What a subscriber's stream hands its codec.
 enum Outgoing {
-    Encoded(Result<Bytes, Status>),
+    Encoded(Result<EncodedWatchEvent, Status>),
     Message(Result<WatchEvent, BroadcastStreamRecvError>),
 }
 
 impl Outgoing {
     fn into(self, buf: &mut BytesMut) -> anyhow::Result<()> {
         match self {
-            Outgoing::Encoded(bytes) => buf.extend_from_slice(&bytes?),
+            Outgoing::Encoded(event) => match event? {
+                EncodedWatchEvent::Shared(bytes) => buf.extend_from_slice(&bytes),
+                EncodedWatchEvent::Own(own) => own.put(buf),
+            },
             Outgoing::Message(event) => event?.encode(buf)?,
         }
         Ok(())

@@ -98,6 +98,15 @@ pub struct Args {
     /// in turn, side by side in one table; the other cases use the first.
     #[arg(long, value_delimiter = ',')]
     fanout_bin: Vec<PathBuf>,
+    /// A second kube-fanout binary (say an earlier commit's release
+    /// build) whose herd and snapshot runs go next to the measured one's,
+    /// in the same run and tables.
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
+    /// Timed snapshots to one subscriber, one after another on one
+    /// connection, in the herd case.
+    #[arg(long, default_value_t = 9)]
+    snapshots: usize,
 }
 
 /// ConfigMaps the steady writer cycles through.
@@ -290,12 +299,18 @@ impl Bench {
     /// Stops kube-fanout if running and starts build `bin` (an index
     /// into `fanout_bins`) serving `resource`, waiting until it has synced.
     async fn restart_fanout(&mut self, bin: usize, resource: &str) -> anyhow::Result<()> {
+        let bin = self.fanout_bins[bin].clone();
+        self.restart_fanout_bin(&bin, resource).await
+    }
+
+    /// [`Bench::restart_fanout`] with the binary `bin`.
+    async fn restart_fanout_bin(&mut self, bin: &Path, resource: &str) -> anyhow::Result<()> {
         self.fanout = None;
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let log = self.cp.dir().join("kube-fanout.log");
         let file = std::fs::File::create(&log)?;
-        let child = tied_command(&self.fanout_bins[bin])
+        let child = tied_command(bin)
             .args(["--resource", resource, "--auth=none", "--listen", &addr])
             // Without authentication the caller is the client address, so
             // every watcher here (all from 127.0.0.1) would be one caller;
@@ -423,40 +438,63 @@ impl Bench {
     }
 
     /// The restart herd: the API server's three ways to list (each on a
-    /// freshly started API server), kube-fanout's watch with initial
-    /// events, then kube-fanout's snapshot to one subscriber.
+    /// freshly started API server), then for each kube-fanout binary (the
+    /// baseline's first, if any, then the measured one's, which stays up
+    /// for later cases), freshly started: its watch with initial events to
+    /// the herd, and its snapshots to one subscriber.
     async fn herd(&mut self) -> anyhow::Result<String> {
         let mut runs = Vec::new();
-        for (target, watchers) in [
-            ("list", self.args.herd_watchers),
-            ("paged", self.args.herd_watchers),
-            ("watchlist", self.args.herd_watchers),
-            ("fanout", self.args.herd_watchers),
-            ("fanout", 1),
+        for (target, label) in [
+            ("list", "kube-apiserver unpaged LIST (protobuf)"),
+            ("paged", "kube-apiserver paged LIST (500, protobuf)"),
+            ("watchlist", "kube-apiserver watch-list (protobuf)"),
         ] {
-            if target != "fanout" {
-                // A fresh API server for each of its modes: Go keeps the
-                // heap an earlier mode grew, which would set the next
-                // one's peak.
-                self.cp.kill_apiserver().await?;
-                self.cp.restart_apiserver().await?;
-            }
-            let result = self
+            // A fresh API server for each of its modes: Go keeps the heap
+            // an earlier mode grew, which would set the next one's peak.
+            self.cp.kill_apiserver().await?;
+            self.cp.restart_apiserver().await?;
+            runs.push((label.to_owned(), self.herd_run(target).await?));
+        }
+        let mut fanouts = Vec::new();
+        if let Some(baseline) = self.args.baseline_bin.clone() {
+            fanouts.push((format!("baseline {}", baseline.display()), baseline));
+        }
+        fanouts.push(("this build".to_owned(), self.fanout_bins[0].clone()));
+        let mut snapshots = Vec::new();
+        for (build, bin) in fanouts {
+            self.restart_fanout_bin(&bin, "v1/configmaps").await?;
+            let label = format!("kube-fanout Watch with initial events (TLS), {build}");
+            runs.push((label, self.herd_run("fanout").await?));
+            let snapshot = self
                 .loadgen(
-                    "herd",
+                    "snapshot",
                     &[
-                        "-target".into(),
-                        target.into(),
-                        "-watchers".into(),
-                        watchers.to_string(),
                         "-objects".into(),
                         self.args.herd_objects.to_string(),
+                        "-repeat".into(),
+                        self.args.snapshots.to_string(),
                     ],
                 )
                 .await?;
-            runs.push(result);
+            snapshots.push((build, snapshot));
         }
-        Ok(herd_table(&self.args, &runs))
+        Ok(herd_table(&self.args, &runs, &snapshots))
+    }
+
+    /// One herd of `--herd-watchers` on `target`.
+    async fn herd_run(&self, target: &str) -> anyhow::Result<Value> {
+        self.loadgen(
+            "herd",
+            &[
+                "-target".into(),
+                target.into(),
+                "-watchers".into(),
+                self.args.herd_watchers.to_string(),
+                "-objects".into(),
+                self.args.herd_objects.to_string(),
+            ],
+        )
+        .await
     }
 
     /// The node-scoped case at `watchers` nodes over `connections`, both
@@ -520,7 +558,6 @@ impl Bench {
         Ok(idle_table(&self.fanout_bins, &runs))
     }
 }
-
 
 /// One measurement of the idle case.
 struct IdleRun {
@@ -671,38 +708,29 @@ fn steady_table(watchers: usize, rate: f64, seconds: f64, runs: &BTreeMap<&str, 
 }
 
 /// The herd laid out: wall time, CPU (the API server's plus etcd's;
-/// kube-fanout's own) and peak RSS, each as a ratio to kube-fanout.
-fn herd_table(args: &Args, runs: &[Value]) -> String {
-    let labels = [
-        "kube-apiserver unpaged LIST (protobuf)",
-        "kube-apiserver paged LIST (500, protobuf)",
-        "kube-apiserver watch-list (protobuf)",
-        "kube-fanout Watch with initial events (TLS)",
-    ];
+/// kube-fanout's own) and peak RSS, each as a ratio to the measured
+/// kube-fanout's (the last run); then each build's snapshots to one
+/// subscriber.
+fn herd_table(args: &Args, runs: &[(String, Value)], snapshots: &[(String, Value)]) -> String {
     let cost = |run: &Value| {
-        if run["target"] == "fanout" {
-            (
-                cpu(run, "kube-fanout"),
-                run["procs"]["kube-fanout"]["peak_rss"]
-                    .as_f64()
-                    .unwrap_or(0.0),
-            )
+        let (cpu_s, peak_of) = if run["target"] == "fanout" {
+            (cpu(run, "kube-fanout"), "kube-fanout")
         } else {
             (
                 cpu(run, "kube-apiserver") + cpu(run, "etcd"),
-                run["procs"]["kube-apiserver"]["peak_rss"]
-                    .as_f64()
-                    .unwrap_or(0.0),
+                "kube-apiserver",
             )
-        }
+        };
+        let peak = run["procs"][peak_of]["peak_rss"].as_f64().unwrap_or(0.0);
+        (cpu_s, peak)
     };
-    let (fanout_cpu, fanout_peak) = cost(&runs[3]);
+    let (fanout_cpu, fanout_peak) = runs.last().map_or((f64::NAN, f64::NAN), |(_, r)| cost(r));
     let mut out = format!(
         "\n### Restart herd: {} watchers, each on its own connection, each needing {} ConfigMaps of {} B at once\n\n\
          | | wall | server CPU | / kube-fanout's | peak server RSS | / kube-fanout's |\n|---|---|---|---|---|---|\n",
         args.herd_watchers, args.herd_objects, args.size
     );
-    for (label, run) in labels.iter().zip(runs) {
+    for (label, run) in runs {
         let (cpu, peak) = cost(run);
         let incomplete = run["error"]
             .as_str()
@@ -717,18 +745,48 @@ fn herd_table(args: &Args, runs: &[Value]) -> String {
             down(peak / fanout_peak, 2),
         );
     }
-    let one = &runs[4];
-    let bytes = one["object_bytes"].as_f64().unwrap_or(0.0);
-    let wall = one["wall_s"].as_f64().unwrap_or(f64::NAN);
+    out += "\nThe peak is VmHWM, reset (clear_refs) at the window's start, so it is the peak within the window.\n";
     out += &format!(
-        "\nOne subscriber's snapshot from kube-fanout: {} objects, {} MB of object JSON in {} ms, {} MB/s; server CPU {} ms.\n\
-         The peak is VmHWM, reset (clear_refs) at the window's start, so it is the peak within the window.\n",
-        one["objects"],
-        down(bytes / 1e6, 1),
-        down(wall * 1e3, 1),
-        down(bytes / 1e6 / wall, 0),
-        down(cpu(one, "kube-fanout") * 1e3, 0)
+        "\nSnapshots to one subscriber, {} in turn on one connection opened before (after one untimed): \
+         object JSON per snapshot, each one's MB/s, and the server's and the client's CPU per snapshot.\n\n\
+         | | objects | MB | MB/s, each run | best | median | server CPU | client CPU |\n|---|---|---|---|---|---|---|---|\n",
+        args.snapshots
     );
+    for (build, run) in snapshots {
+        let mb = run["object_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+        let mut rates: Vec<f64> = run["wall_s"]
+            .as_array()
+            .map(|walls| {
+                walls
+                    .iter()
+                    .map(|w| mb / w.as_f64().unwrap_or(f64::NAN))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let each = rates
+            .iter()
+            .map(|r| down(*r, 0))
+            .collect::<Vec<_>>()
+            .join(", ");
+        rates.sort_by(f64::total_cmp);
+        let n = rates.len().max(1) as f64;
+        let per_snapshot = |process| format!("{} ms", down(cpu(run, process) * 1e3 / n, 1));
+        let error = run["error"]
+            .as_str()
+            .map(|e| format!(" (**incomplete**: {e})"))
+            .unwrap_or_default();
+        out += &format!(
+            "| kube-fanout, {build}{error} | {} | {} | {each} | {} | {} | {} | {} |\n",
+            run["objects"],
+            down(mb, 1),
+            rates.last().map_or("-".into(), |r| down(*r, 0)),
+            rates
+                .get(rates.len() / 2)
+                .map_or("-".into(), |r| down(*r, 0)),
+            per_snapshot("kube-fanout"),
+            per_snapshot("loadgen"),
+        );
+    }
     out
 }
 

@@ -28,11 +28,12 @@ pub mod v1 {
 /// bytes one encode made go to every subscriber.
 #[allow(missing_docs, clippy::all)]
 pub mod wire {
-    use std::marker::PhantomData;
+    use std::{io::Write as _, marker::PhantomData, sync::Arc};
 
     use prost::{
         Message,
         bytes::{BufMut, Bytes},
+        encoding::{WireType, encode_key, encode_varint},
     };
     use tonic::{
         Status,
@@ -40,11 +41,109 @@ pub mod wire {
     };
     use tonic_prost::ProstDecoder;
 
-    /// A `kubefanout.v1.WatchEvent`, already encoded as protobuf. The
-    /// server's `Watch` streams these; clients receive and decode plain
-    /// `WatchEvent`s.
+    use crate::v1::EventType;
+
+    /// A `kubefanout.v1.WatchEvent`, ready to write. The server's `Watch`
+    /// streams these; clients receive and decode plain `WatchEvent`s.
     #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct EncodedWatchEvent(pub Bytes);
+    pub enum EncodedWatchEvent {
+        /// Encoded once, and the same bytes written to every subscriber
+        /// that receives the event unchanged.
+        Shared(Bytes),
+        /// Made for one subscriber (say a snapshot's ADDED): its object is
+        /// written straight from the server's JSON, with no copy before.
+        Own(OwnWatchEvent),
+    }
+
+    impl EncodedWatchEvent {
+        /// The message's bytes: the shared ones themselves, or an own
+        /// event's written out.
+        pub fn to_bytes(&self) -> Bytes {
+            match self {
+                EncodedWatchEvent::Shared(bytes) => bytes.clone(),
+                EncodedWatchEvent::Own(own) => own.to_bytes(),
+            }
+        }
+    }
+
+    /// The most an own event's type and resourceVersion fields take: a key
+    /// and a one-byte varint, then a key, a one-byte length and the at
+    /// most 20 digits of a `u64`.
+    const HEAD_MAX: usize = 2 + 2 + 20;
+
+    /// A `WatchEvent` for one subscriber. The fields before `object` are
+    /// encoded in place (no allocation); `object` is shared with whoever
+    /// holds the JSON and copied once, into the response buffer. The bytes
+    /// written are exactly prost's encoding of the same message.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct OwnWatchEvent {
+        head: [u8; HEAD_MAX],
+        head_len: u8,
+        object: Arc<str>,
+        resync: bool,
+    }
+
+    impl OwnWatchEvent {
+        /// The event `WatchEvent { type, resource_version, object, resync }`.
+        pub fn new(
+            r#type: EventType,
+            resource_version: u64,
+            object: Arc<str>,
+            resync: bool,
+        ) -> Self {
+            let mut head = [0u8; HEAD_MAX];
+            let mut digits = [0u8; 20];
+            let mut rv = &mut digits[..];
+            write!(rv, "{resource_version}").expect("a u64 has at most 20 digits");
+            let digits_len = 20 - rv.len();
+            let mut buf = &mut head[..];
+            // prost leaves out fields at their default value: so does this.
+            if r#type != EventType::Unspecified {
+                encode_key(1, WireType::Varint, &mut buf);
+                encode_varint(r#type as u64, &mut buf);
+            }
+            encode_key(2, WireType::LengthDelimited, &mut buf);
+            encode_varint(digits_len as u64, &mut buf);
+            buf.put_slice(&digits[..digits_len]);
+            let head_len = (HEAD_MAX - buf.len()) as u8;
+            OwnWatchEvent {
+                head,
+                head_len,
+                object,
+                resync,
+            }
+        }
+
+        /// The length of the encoded message.
+        pub fn encoded_len(&self) -> usize {
+            let object = match self.object.len() {
+                0 => 0,
+                n => 1 + prost::encoding::encoded_len_varint(n as u64) + n,
+            };
+            usize::from(self.head_len) + object + if self.resync { 2 } else { 0 }
+        }
+
+        /// The encoded message, written out.
+        pub fn to_bytes(&self) -> Bytes {
+            let mut buf = Vec::with_capacity(self.encoded_len());
+            self.put(&mut buf);
+            buf.into()
+        }
+
+        /// Appends the encoded message to `buf`.
+        pub fn put(&self, buf: &mut impl BufMut) {
+            buf.put_slice(&self.head[..usize::from(self.head_len)]);
+            if !self.object.is_empty() {
+                encode_key(3, WireType::LengthDelimited, buf);
+                encode_varint(self.object.len() as u64, buf);
+                buf.put_slice(self.object.as_bytes());
+            }
+            if self.resync {
+                encode_key(4, WireType::Varint, buf);
+                buf.put_u8(1);
+            }
+        }
+    }
 
     /// A response the server writes.
     pub trait ServerMessage: Send + 'static {
@@ -61,7 +160,14 @@ pub mod wire {
 
     impl ServerMessage for EncodedWatchEvent {
         fn write(self, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-            buf.put(self.0);
+            match self {
+                EncodedWatchEvent::Shared(bytes) => buf.put(bytes),
+                EncodedWatchEvent::Own(own) => {
+                    // One reservation: the buffer grows at most once.
+                    buf.reserve(own.encoded_len());
+                    own.put(buf);
+                }
+            }
             Ok(())
         }
     }
@@ -118,6 +224,46 @@ pub mod wire {
 
         fn decoder(&mut self) -> Self::Decoder {
             ProstDecoder::new(BufferSettings::default())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::v1::WatchEvent;
+
+        /// An own event writes the very bytes prost makes of the same
+        /// message, whatever its fields (defaults included, which prost
+        /// leaves out), so clients cannot tell the two apart.
+        #[test]
+        fn an_own_event_is_prosts_encoding_of_the_same_message() {
+            let types = [
+                EventType::Unspecified,
+                EventType::Added,
+                EventType::Modified,
+                EventType::Deleted,
+                EventType::Bookmark,
+            ];
+            let long = "x".repeat(300);
+            for r#type in types {
+                for rv in [0, 7, 1234567890, u64::MAX] {
+                    for object in ["", r#"{"kind":"ConfigMap"}"#, long.as_str()] {
+                        for resync in [false, true] {
+                            let own = OwnWatchEvent::new(r#type, rv, object.into(), resync);
+                            let expected = WatchEvent {
+                                r#type: r#type.into(),
+                                resource_version: rv.to_string(),
+                                object: object.into(),
+                                resync,
+                            }
+                            .encode_to_vec();
+                            let bytes = EncodedWatchEvent::Own(own.clone()).to_bytes();
+                            assert_eq!(bytes, expected, "{type:?} {rv} {object:?} {resync}");
+                            assert_eq!(own.encoded_len(), expected.len());
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -7,10 +7,14 @@
 //! subscribers share a second encoding of the same event, with the
 //! object's `PartialObjectMetadata` ([`crate::projection`]), so an event
 //! costs at most two encodes whatever the number of subscribers. Only what
-//! differs per
-//! subscriber is encoded on its own: snapshot ADDEDs (at that
+//! differs per subscriber is encoded on its own: snapshot ADDEDs (at that
 //! subscriber's snapshot RV), filter transitions (an event turned into
-//! ADDED or DELETED) and progress bookmarks.
+//! ADDED or DELETED) and progress bookmarks. Those are not written out
+//! here ([`OwnWatchEvent`]): their few leading fields are encoded in place
+//! and the object's JSON, shared with the store, is copied once, straight
+//! into the response buffer. A snapshot's time goes mostly to copying its
+//! bytes (into that buffer, into TLS records, into the socket) and to
+//! encrypting them, so a copy saved is most of what there was to save.
 
 use std::sync::{
     OnceLock,
@@ -19,10 +23,9 @@ use std::sync::{
 
 use bytes::Bytes;
 use kube_fanout_proto::{
-    v1::{EventType, WatchEvent},
-    wire::EncodedWatchEvent,
+    v1::EventType,
+    wire::{EncodedWatchEvent, OwnWatchEvent},
 };
-use prost::Message;
 
 use crate::{projection::Projection, store::EventKind, subscription::Delivery};
 
@@ -56,17 +59,22 @@ pub struct WatchEncoder {
 }
 
 impl WatchEncoder {
-    /// The delivery as an encoded `WatchEvent`.
+    /// The delivery as an encoded `WatchEvent`. A delivery of its own (a
+    /// snapshot's ADDED, say) is not written out here: its object's JSON
+    /// is copied once, straight into the response buffer, when tonic
+    /// writes it. A shared one is written out once, for all.
     pub fn encode(&self, delivery: &Delivery) -> EncodedWatchEvent {
-        EncodedWatchEvent(match &delivery.unchanged {
-            Some(event) => event
-                .0
-                .encoded
-                .cell(delivery.projection)
-                .get_or_init(|| self.encode_new(delivery))
-                .clone(),
-            None => self.encode_new(delivery),
-        })
+        match &delivery.unchanged {
+            Some(event) => EncodedWatchEvent::Shared(
+                event
+                    .0
+                    .encoded
+                    .cell(delivery.projection)
+                    .get_or_init(|| self.encode_new(delivery).to_bytes())
+                    .clone(),
+            ),
+            None => EncodedWatchEvent::Own(self.encode_new(delivery)),
+        }
     }
 
     /// How many deliveries were encoded rather than shared.
@@ -74,24 +82,19 @@ impl WatchEncoder {
         self.encodes.load(Ordering::Relaxed)
     }
 
-    fn encode_new(&self, delivery: &Delivery) -> Bytes {
+    fn encode_new(&self, delivery: &Delivery) -> OwnWatchEvent {
         self.encodes.fetch_add(1, Ordering::Relaxed);
-        to_watch_event(delivery).encode_to_vec().into()
-    }
-}
-
-/// The `WatchEvent` message of a delivery.
-fn to_watch_event(delivery: &Delivery) -> WatchEvent {
-    let kind = match delivery.kind {
-        EventKind::Added => EventType::Added,
-        EventKind::Modified => EventType::Modified,
-        EventKind::Deleted => EventType::Deleted,
-        EventKind::Bookmark => EventType::Bookmark,
-    };
-    WatchEvent {
-        r#type: kind.into(),
-        resource_version: delivery.resource_version.to_string(),
-        object: delivery.object.to_string(),
-        resync: delivery.resync,
+        let kind = match delivery.kind {
+            EventKind::Added => EventType::Added,
+            EventKind::Modified => EventType::Modified,
+            EventKind::Deleted => EventType::Deleted,
+            EventKind::Bookmark => EventType::Bookmark,
+        };
+        OwnWatchEvent::new(
+            kind,
+            delivery.resource_version.0,
+            delivery.object.clone(),
+            delivery.resync,
+        )
     }
 }

@@ -110,7 +110,7 @@ impl Pages {
         let (cut, start) = if continue_token.is_empty() {
             let snapshot = store.snapshot();
             (
-                self.cut(snapshot.resource_version, filter, snapshot.objects),
+                self.cut(snapshot.resource_version, filter, &snapshot.objects),
                 0,
             )
         } else {
@@ -119,7 +119,7 @@ impl Pages {
                 Some(cut) => cut,
                 None => {
                     let snapshot = store.snapshot_at(token.resource_version)?;
-                    self.cut(snapshot.resource_version, filter, snapshot.objects)
+                    self.cut(snapshot.resource_version, filter, &snapshot.objects)
                 }
             };
             let start = cut.objects.partition_point(|o| o.key <= token.after);
@@ -149,11 +149,15 @@ impl Pages {
     }
 
     /// The matching objects of a snapshot.
-    fn cut(&self, rv: ResourceVersion, filter: &Filter, objects: Vec<Arc<Object>>) -> Arc<Cut> {
+    fn cut(&self, rv: ResourceVersion, filter: &Filter, objects: &[Arc<Object>]) -> Arc<Cut> {
         Arc::new(Cut {
             resource_version: rv,
             filter: filter.clone(),
-            objects: objects.into_iter().filter(|o| filter.matches(o)).collect(),
+            objects: objects
+                .iter()
+                .filter(|o| filter.matches(o))
+                .cloned()
+                .collect(),
         })
     }
 

@@ -388,9 +388,9 @@ mod tests {
         store.apply(EventKind::Modified, changed);
         let mut received = Vec::new();
         for stream in &mut plain {
-            received.push(stream.next().await.unwrap().unwrap().0);
+            received.push(stream.next().await.unwrap().unwrap().to_bytes());
         }
-        let deleted = filtered.next().await.unwrap().unwrap().0;
+        let deleted = filtered.next().await.unwrap().unwrap().to_bytes();
 
         assert_eq!(
             service.encoder.encodes(),
@@ -414,7 +414,8 @@ mod tests {
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
         let mut snapshot = Box::pin(service.start_watch(request("", "", true), None).unwrap());
-        let added = pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().0).unwrap();
+        let added =
+            pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().to_bytes()).unwrap();
         assert_eq!(added.r#type(), pb::EventType::Added);
         snapshot.next().await.unwrap().unwrap();
         assert_eq!(service.encoder.encodes(), 4);
@@ -461,7 +462,7 @@ mod tests {
             // A resume sends no snapshot and needs no permit.
             let _resumed = watch("2", false).await.unwrap();
             for _ in 0..2 {
-                let added = legacy.next().await.unwrap().unwrap().0;
+                let added = legacy.next().await.unwrap().unwrap().to_bytes();
                 let added = pb::WatchEvent::decode(added).unwrap();
                 assert_eq!(added.r#type(), pb::EventType::Added, "{rv:?}");
             }
@@ -510,11 +511,11 @@ mod tests {
         store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
         let mut received = Vec::new();
         for stream in &mut metadata {
-            received.push(stream.next().await.unwrap().unwrap().0);
+            received.push(stream.next().await.unwrap().unwrap().to_bytes());
         }
-        let whole = full[0].next().await.unwrap().unwrap().0;
+        let whole = full[0].next().await.unwrap().unwrap().to_bytes();
         for stream in &mut full[1..] {
-            assert_eq!(stream.next().await.unwrap().unwrap().0, whole);
+            assert_eq!(stream.next().await.unwrap().unwrap().to_bytes(), whole);
         }
         assert_eq!(
             service.encoder.encodes(),
@@ -536,8 +537,8 @@ mod tests {
         // A snapshot's objects and its end bookmark are PartialObjectMetadata
         // too, as the API server sends them.
         let mut snapshot = Box::pin(service.start_watch(metadata_only("", true), None).unwrap());
-        let added = object_of(snapshot.next().await.unwrap().unwrap().0);
-        let end = object_of(snapshot.next().await.unwrap().unwrap().0);
+        let added = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
+        let end = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
         for object in [&added, &end] {
             assert_eq!(object["kind"], "PartialObjectMetadata");
             assert_eq!(object["apiVersion"], "meta.k8s.io/v1");
@@ -598,7 +599,7 @@ mod tests {
         for stream in &mut streams {
             let mut unit = Vec::new();
             for _ in 0..3 {
-                let bytes = stream.next().await.unwrap().unwrap().0;
+                let bytes = stream.next().await.unwrap().unwrap().to_bytes();
                 unit.push(pb::WatchEvent::decode(bytes).unwrap());
             }
             let seen: Vec<(pb::EventType, &str, bool)> = unit

@@ -35,6 +35,14 @@
 //! the snapshot is then the exact state just before the unit, and the unit
 //! follows it whole.
 //!
+//! Snapshots at the same position share one copy: the last one taken is
+//! remembered (weakly: only while someone still uses it) with its
+//! position, and a snapshot that finds the ring still there, with no unit
+//! open, takes it instead of walking the map again. Every write after the
+//! first sync moves the position under the mutex, so an unchanged position
+//! means unchanged contents. A restart herd, many subscribers asking at
+//! once, then costs one walk and one sorted copy rather than one each.
+//!
 //! # Re-sync units and gaps
 //!
 //! After the API server lost history (a 410 after its restart, say), the
@@ -66,7 +74,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    sync::Arc,
+    sync::{Arc, Weak},
     time::Duration,
 };
 
@@ -162,8 +170,19 @@ pub struct Snapshot {
     pub resource_version: ResourceVersion,
     /// The ring position of that state: events after it follow the snapshot.
     pub seq: u64,
-    /// The objects, ordered by key.
-    pub objects: Vec<Arc<Object>>,
+    /// The objects, ordered by key; shared by every snapshot taken at the
+    /// same ring position while one of them is still in use.
+    pub objects: Arc<[Arc<Object>]>,
+}
+
+/// The last snapshot taken, for others at the same ring position to share
+/// (a restart herd: many subscribers ask for the same state at once). Weak:
+/// it lives only while someone still sends or pages through it, so the
+/// store never keeps an old state alive on its own.
+struct SharedSnapshot {
+    seq: u64,
+    resource_version: ResourceVersion,
+    objects: Weak<[Arc<Object>]>,
 }
 
 /// A range of resourceVersions that a relist skipped: (after, until).
@@ -293,6 +312,8 @@ pub struct Store {
     resource: ResourceType,
     objects: DashMap<String, Arc<Object>>,
     ring: Mutex<Ring>,
+    /// Taken after `ring` when both are held.
+    shared: Mutex<Option<SharedSnapshot>>,
     head: watch::Sender<Head>,
     dispatch: Arc<Dispatch>,
     limits: HistoryLimits,
@@ -415,6 +436,7 @@ impl Store {
                 gaps: VecDeque::new(),
                 open_unit: None,
             }),
+            shared: Mutex::default(),
             head: watch::Sender::new(Head::default()),
             dispatch: Arc::new(Dispatch::new(fields)),
             limits,
@@ -698,16 +720,17 @@ impl Store {
         self.objects.get(key).map(|o| o.clone())
     }
 
-    /// A consistent copy of the whole store (see the module docs).
+    /// A consistent copy of the whole store (see the module docs), shared
+    /// with the last one taken if that one is still in use and no write
+    /// came since.
     pub fn snapshot(&self) -> Snapshot {
+        if let Some(shared) = self.shared_snapshot() {
+            return shared;
+        }
         loop {
             let p0 = self.ring.lock().seq;
-            let mut copy: HashMap<String, Arc<Object>> = self
-                .objects
-                .iter()
-                .map(|e| (e.key().clone(), e.value().clone()))
-                .collect();
-            let (p1, rv, replay, open_unit) = {
+            let walked: Vec<Arc<Object>> = self.objects.iter().map(|e| e.value().clone()).collect();
+            let (p1, rv, replay, open_unit, synced) = {
                 let ring = self.ring.lock();
                 if ring.oldest_seq() > p0 + 1 {
                     // The events between P0 and P1 left the ring during the
@@ -723,28 +746,76 @@ impl Store {
                     .skip_while(|e| e.seq <= from)
                     .cloned()
                     .collect();
-                (ring.seq, ring.resource_version, replay, ring.open_unit)
+                (
+                    ring.seq,
+                    ring.resource_version,
+                    replay,
+                    ring.open_unit,
+                    ring.floor.is_some(),
+                )
             };
-            for event in replay.iter().filter(|e| e.seq > p0) {
-                redo(&mut copy, event);
-            }
             #[cfg(test)]
             self.paths.record(p1 > p0, open_unit.is_some());
-            let seq = match open_unit {
-                None => p1,
-                Some(unit) => {
-                    for event in replay.iter().rev().take_while(|e| e.seq >= unit.first_seq) {
-                        undo(&mut copy, event);
-                    }
-                    unit.first_seq - 1
+            // Nothing to replay or undo (no write during the walk, no unit
+            // open): the walk is the state at P1 as it is. Otherwise the
+            // events are applied over a map of it by key.
+            let (seq, objects) = if replay.is_empty() {
+                (p1, walked)
+            } else {
+                let mut copy: HashMap<String, Arc<Object>> =
+                    walked.into_iter().map(|o| (o.key.clone(), o)).collect();
+                for event in replay.iter().filter(|e| e.seq > p0) {
+                    redo(&mut copy, event);
                 }
+                let seq = match open_unit {
+                    None => p1,
+                    Some(unit) => {
+                        for event in replay.iter().rev().take_while(|e| e.seq >= unit.first_seq) {
+                            undo(&mut copy, event);
+                        }
+                        unit.first_seq - 1
+                    }
+                };
+                (seq, copy.into_values().collect())
             };
+            let objects = sorted(objects);
+            // Exact at P1 when no unit was open there: any later snapshot
+            // that still finds the ring at P1 may have it.
+            if open_unit.is_none() && synced {
+                *self.shared.lock() = Some(SharedSnapshot {
+                    seq,
+                    resource_version: rv,
+                    objects: Arc::downgrade(&objects),
+                });
+            }
             return Snapshot {
                 resource_version: rv,
                 seq,
-                objects: sorted(copy),
+                objects,
             };
         }
+    }
+
+    /// The last snapshot, if the ring is still where it was taken and it is
+    /// still in use. Every write after the first sync moves the ring's
+    /// position under its mutex (held here), so an unchanged position
+    /// means unchanged contents.
+    fn shared_snapshot(&self) -> Option<Snapshot> {
+        let ring = self.ring.lock();
+        let shared = self.shared.lock();
+        let shared = shared.as_ref()?;
+        if ring.seq != shared.seq
+            || ring.resource_version != shared.resource_version
+            || ring.open_unit.is_some()
+            || ring.floor.is_none()
+        {
+            return None;
+        }
+        Some(Snapshot {
+            resource_version: shared.resource_version,
+            seq: shared.seq,
+            objects: shared.objects.upgrade()?,
+        })
     }
 
     /// The exact state at `rv`, rewound from the current state by undoing
@@ -764,8 +835,8 @@ impl Store {
             .map_err(|oldest| ReadError::Expired { asked: rv, oldest })?;
         let mut objects: HashMap<String, Arc<Object>> = now
             .objects
-            .into_iter()
-            .map(|o| (o.key.clone(), o))
+            .iter()
+            .map(|o| (o.key.clone(), o.clone()))
             .collect();
         for event in newer.iter().rev().filter(|e| e.seq <= now.seq) {
             undo(&mut objects, event);
@@ -773,7 +844,7 @@ impl Store {
         Ok(Snapshot {
             resource_version: rv,
             seq: cursor,
-            objects: sorted(objects),
+            objects: sorted(objects.into_values().collect()),
         })
     }
 
@@ -851,11 +922,11 @@ fn undo(copy: &mut HashMap<String, Arc<Object>>, event: &Event) {
     }
 }
 
-/// The objects of a copy, ordered by key.
-fn sorted(copy: HashMap<String, Arc<Object>>) -> Vec<Arc<Object>> {
-    let mut objects: Vec<Arc<Object>> = copy.into_values().collect();
-    objects.sort_by(|a, b| a.key.cmp(&b.key));
-    objects
+/// The objects of a copy, ordered by key (keys are unique: no stability
+/// needed).
+fn sorted(mut objects: Vec<Arc<Object>>) -> Arc<[Arc<Object>]> {
+    objects.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    objects.into()
 }
 
 #[cfg(test)]
@@ -917,6 +988,18 @@ pub(crate) mod tests {
         }
     }
 
+    /// Keeps `snapshot` for checking unless it shares the copy of the one
+    /// before: a reader that finds the ring where it was gets the same
+    /// copy again, as fast as it can ask, and one check of it is enough.
+    fn keep_new(snapshots: &mut Vec<Snapshot>, snapshot: Snapshot) {
+        if snapshots
+            .last()
+            .is_none_or(|last| !Arc::ptr_eq(&last.objects, &snapshot.objects))
+        {
+            snapshots.push(snapshot);
+        }
+    }
+
     fn contents(objects: &[Arc<Object>]) -> BTreeMap<String, u64> {
         objects
             .iter()
@@ -935,23 +1018,79 @@ pub(crate) mod tests {
         (kind, object(&format!("cm-{key}"), 100 + i, "{}"))
     }
 
+    /// Snapshots at one ring position share one copy while it is in use;
+    /// after a write the next is a copy of its own, exact at the new
+    /// position; and a copy nobody uses any more is not kept.
+    #[test]
+    fn snapshots_at_one_position_share_a_copy_while_it_is_in_use() {
+        let store = Store::new(configmaps(), 100);
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        let first = store.snapshot();
+        let second = store.snapshot();
+        assert!(
+            Arc::ptr_eq(&first.objects, &second.objects),
+            "no write in between: one copy"
+        );
+        // A write that leaves the resourceVersion where it was still moves
+        // the position: the next snapshot is its own.
+        store.apply(EventKind::Deleted, object("b", 2, "{}"));
+        let without_b = store.snapshot();
+        assert_eq!(without_b.resource_version, ResourceVersion(2));
+        assert_eq!(
+            contents(&without_b.objects),
+            BTreeMap::from([("ns/a".to_owned(), 1)])
+        );
+        store.apply(EventKind::Added, object("b", 2, "{}"));
+        store.apply(EventKind::Added, object("c", 3, "{}"));
+        let third = store.snapshot();
+        assert!(!Arc::ptr_eq(&first.objects, &third.objects));
+        assert_eq!(
+            contents(&third.objects),
+            BTreeMap::from([
+                ("ns/a".to_owned(), 1),
+                ("ns/b".to_owned(), 2),
+                ("ns/c".to_owned(), 3)
+            ])
+        );
+        assert_eq!(
+            (third.resource_version, third.seq),
+            (ResourceVersion(3), store.head().seq)
+        );
+        assert_eq!(contents(&first.objects).len(), 2, "the first is unchanged");
+        drop(third);
+        assert!(
+            store.shared_snapshot().is_none(),
+            "a copy nobody uses is not kept"
+        );
+    }
+
     #[test]
     fn snapshots_are_exact_while_the_writer_runs() {
         let store = Arc::new(Store::new(configmaps(), 1_000_000));
         store.replace(Vec::new(), ResourceVersion(100));
+        // At least this many events, and on (to at most ten times as
+        // many) until a snapshot has replayed events appended during its
+        // walk: the walk of a few dozen objects is short, so on a quiet
+        // machine the writer may append inside one only rarely.
         const EVENTS: u64 = 30_000;
         let writer = {
             let store = store.clone();
             std::thread::spawn(move || {
-                for i in 1..=EVENTS {
+                for i in 1..=10 * EVENTS {
                     let (kind, obj) = change(i);
                     store.apply(kind, obj);
+                    if i >= EVENTS && store.paths.counts().0 > 0 {
+                        break;
+                    }
                 }
             })
         };
         let mut snapshots = Vec::new();
         while !writer.is_finished() {
-            snapshots.push(store.snapshot());
+            keep_new(&mut snapshots, store.snapshot());
         }
         writer.join().unwrap();
         snapshots.push(store.snapshot());
@@ -1049,7 +1188,7 @@ pub(crate) mod tests {
         };
         let mut snapshots = Vec::new();
         while !writer.is_finished() {
-            snapshots.push(store.snapshot());
+            keep_new(&mut snapshots, store.snapshot());
             let (replayed, undone) = store.paths.counts();
             if replayed > 0 && undone > 0 {
                 both_paths.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1084,7 +1223,7 @@ pub(crate) mod tests {
             assert_eq!(snapshot.resource_version, rv, "at seq {}", snapshot.seq);
             assert_eq!(
                 contents(&snapshot.objects),
-                contents(&sorted(state.clone())),
+                contents(&sorted(state.values().cloned().collect())),
                 "at seq {}",
                 snapshot.seq
             );
@@ -1455,7 +1594,7 @@ pub(crate) mod tests {
             };
             let mut snapshots = Vec::new();
             while !writer.is_finished() {
-                snapshots.push(store.snapshot());
+                keep_new(&mut snapshots, store.snapshot());
             }
             writer.join().unwrap();
             for snapshot in &snapshots {

@@ -239,8 +239,10 @@ enum State {
     /// Sending a snapshot's ADDEDs; its end bookmark (if asked for) and the
     /// live events follow.
     Snapshot {
-        /// The objects still to send.
-        objects: std::vec::IntoIter<Arc<Object>>,
+        /// The snapshot's objects (shared with others at the same point).
+        objects: Arc<[Arc<Object>]>,
+        /// The index of the next one to consider sending.
+        next: usize,
         /// The snapshot's RV and ring position.
         resource_version: ResourceVersion,
         seq: u64,
@@ -344,15 +346,21 @@ impl Subscription {
                 },
                 State::Snapshot {
                     objects,
+                    next,
                     resource_version,
                     seq,
                 } => {
                     let (rv, seq) = (*resource_version, *seq);
-                    if let Some(object) = objects.find(|o| self.spec.filter.matches(o)) {
+                    let found = objects[*next..]
+                        .iter()
+                        .position(|o| self.spec.filter.matches(o));
+                    if let Some(at) = found {
+                        let object = &objects[*next + at];
+                        *next += at + 1;
                         return Some(Ok(Delivery {
                             kind: EventKind::Added,
                             resource_version: rv,
-                            object: self.spec.projection.json(&object),
+                            object: self.spec.projection.json(object),
                             resync: false,
                             projection: self.spec.projection,
                             unchanged: None,
@@ -425,7 +433,8 @@ impl Subscription {
                     objects,
                 } = self.store.snapshot();
                 State::Snapshot {
-                    objects: objects.into_iter(),
+                    objects,
+                    next: 0,
                     resource_version,
                     seq,
                 }
