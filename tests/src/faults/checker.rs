@@ -1017,19 +1017,16 @@ mod tests {
             metadata_only: true,
             ..Filter::default()
         };
+        // `event`'s object as the API server's PartialObjectMetadata.
         let partial = |kind: EventType, rv: u64, name: &str, object_rv: u64| {
-            Entry::Event(WatchEvent {
-                r#type: kind as i32,
-                resource_version: rv.to_string(),
-                object: serde_json::json!({
-                    "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                    "metadata": {"namespace": "ns", "name": name,
-                                 "resourceVersion": object_rv.to_string(),
-                                 "labels": {"app": "a"}},
-                })
-                .to_string(),
-                resync: false,
-            })
+            let mut entry = event(kind, rv, name, object_rv, "a");
+            if let Entry::Event(e) = &mut entry {
+                let mut object: serde_json::Value = serde_json::from_str(&e.object).unwrap();
+                object["kind"] = "PartialObjectMetadata".into();
+                object["apiVersion"] = "meta.k8s.io/v1".into();
+                e.object = object.to_string();
+            }
+            entry
         };
         let life = |third: Entry| {
             vec![
