@@ -92,7 +92,28 @@ impl ControlPlane {
     }
 
     /// Starts etcd and kube-apiserver and waits for `/readyz`.
+    ///
+    /// Their ports come from [`free_port`]: free a moment ago, so a process
+    /// of a test running beside this one can take one before etcd or
+    /// kube-apiserver binds it. A start that failed so is made again on
+    /// fresh ports (at most three times); any other failure is returned.
     pub async fn start_with(options: Options) -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(&options).await {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    tracing::warn!(
+                        attempt,
+                        "a control plane port was taken meanwhile; again on fresh ports"
+                    );
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn start_once(options: &Options) -> Result<Self> {
         crate::init_logging();
         let bin = binaries()?;
         let dir = tempfile::Builder::new()
