@@ -213,8 +213,8 @@ impl Mark {
     }
 }
 
-/// The registered interests of one store, by field (in the order of
-/// [`Dispatch::fields`]) and value.
+/// The registered interests of one store, by field (in the order of the
+/// dispatch's indexed fields) and value.
 #[derive(Debug, Default)]
 struct Index {
     by_field: Vec<HashMap<String, Vec<Arc<Mark>>>>,
@@ -257,11 +257,6 @@ impl Dispatch {
             wakeups: AtomicU64::new(0),
             fields,
         }
-    }
-
-    /// The indexed fields, most selective first.
-    pub fn fields(&self) -> &[IndexedField] {
-        &self.fields
     }
 
     /// Registers a live subscriber whose filter requires the exact values
@@ -347,7 +342,8 @@ impl Dispatch {
 #[derive(Debug)]
 pub struct Interest {
     dispatch: Arc<Dispatch>,
-    /// The field's position in [`Dispatch::fields`], the value, the mark.
+    /// The field's position among the dispatch's indexed fields, the
+    /// value, the mark.
     slot: Option<(usize, String, Arc<Mark>)>,
 }
 
