@@ -304,29 +304,17 @@ func readNodeWatchers(ctx context.Context, target string, streams []events, wind
 			// Protobuf strings are length-prefixed, not quoted.
 			own = []byte(podName(i))
 		}
-		go func() {
-			for {
-				b, err := s.next()
-				if err != nil {
-					if ctx.Err() == nil {
-						streamErr.CompareAndSwap(nil, &err)
-					}
-					return
-				}
-				sent, ok := stampOf(b)
-				if !ok || sent < windowStart.Load() {
-					continue
-				}
-				now := time.Now().UnixNano()
-				if !bytes.Contains(b, own) {
-					err := fmt.Errorf("%s: watcher of %s got another node's pod", target, nodeName(i))
-					streamErr.CompareAndSwap(nil, &err)
-					return
-				}
-				st.latencies = append(st.latencies, now-sent)
-				st.delivered.Add(1)
+		go readStamped(ctx, s, streamErr, func(b []byte, sent, now int64) error {
+			if sent < windowStart.Load() {
+				return nil
 			}
-		}()
+			if !bytes.Contains(b, own) {
+				return fmt.Errorf("%s: watcher of %s got another node's pod", target, nodeName(i))
+			}
+			st.latencies = append(st.latencies, now-sent)
+			st.delivered.Add(1)
+			return nil
+		})
 	}
 	return states
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // The writer stamps "sent=<unix nanos>;" into a ConfigMap's data; every
@@ -37,3 +40,27 @@ var initialEventsEnd = []byte("k8s.io/initial-events-end")
 
 // pad is the filler that makes each object about size bytes.
 func pad(size int) string { return strings.Repeat("x", size) }
+
+// readStamped reads s until it fails, handing each event that carries a
+// stamp to seen with its send time and arrival time (ns). A read failure
+// is recorded in streamErr unless ctx was cancelled first (the run ended);
+// an error from seen is recorded and ends the reading.
+func readStamped(ctx context.Context, s events, streamErr *atomic.Pointer[error], seen func(b []byte, sent, now int64) error) {
+	for {
+		b, err := s.next()
+		if err != nil {
+			if ctx.Err() == nil {
+				streamErr.CompareAndSwap(nil, &err)
+			}
+			return
+		}
+		sent, ok := stampOf(b)
+		if !ok {
+			continue
+		}
+		if err := seen(b, sent, time.Now().UnixNano()); err != nil {
+			streamErr.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}

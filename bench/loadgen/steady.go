@@ -232,28 +232,15 @@ func steady(args []string) (*steadyResult, error) {
 		}
 		st := &watcherState{latencies: make([]int64, 0, writes)}
 		states[i] = st
-		go func() {
-			for {
-				b, err := s.next()
-				if err != nil {
-					if ctx.Err() == nil {
-						streamErr.CompareAndSwap(nil, &err)
-					}
-					return
-				}
-				sent, ok := stampOf(b)
-				if !ok {
-					continue
-				}
-				now := time.Now().UnixNano()
-				if sent < windowStart.Load() {
-					st.warm.Store(true)
-					continue
-				}
-				st.latencies = append(st.latencies, now-sent)
-				st.delivered.Add(1)
+		go readStamped(ctx, s, &streamErr, func(_ []byte, sent, now int64) error {
+			if sent < windowStart.Load() {
+				st.warm.Store(true)
+				return nil
 			}
-		}()
+			st.latencies = append(st.latencies, now-sent)
+			st.delivered.Add(1)
+			return nil
+		})
 	}
 
 	// Warm up: one write every watcher must see before the window opens.
