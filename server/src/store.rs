@@ -307,6 +307,13 @@ impl Ring {
 /// mutex: readers and the head move on between chunks.
 const UNIT_CHUNK: usize = 512;
 
+/// The most threads a relist's comparison is split over.
+const RELIST_THREADS: usize = 4;
+
+/// The smallest list whose comparison is split over threads: below it a
+/// thread's start costs more than it saves.
+const RELIST_PARALLEL_FROM: usize = 8192;
+
 /// The cache of one resource type.
 pub struct Store {
     resource: ResourceType,
@@ -407,15 +414,9 @@ fn lower_this_threads_priority() {
 #[cfg(target_os = "linux")]
 const LOWEST_PRIORITY: i32 = 19;
 
-/// How a listed object compares with the store's state of it.
-enum Verdict {
-    /// Unchanged: nothing to publish.
-    Same,
-    /// Changed from this state.
-    Modified(Arc<Object>),
-    /// Not in the store.
-    Added,
-}
+/// A listed object that differs from the store: its index in the list,
+/// and the state it replaces (none: the store does not hold it).
+type Changed = (usize, Option<Arc<Object>>);
 
 impl Store {
     /// An empty, unsynced store that keeps the last `capacity` events (for
@@ -556,23 +557,8 @@ impl Store {
     /// Returns the changes, and the listed objects that are unchanged (for
     /// the caller to free once the changes are out).
     fn difference(&self, listed: Vec<Object>) -> (Vec<Change>, Vec<Object>) {
-        // Per listed object, the state it replaces if it changed.
-        let mut verdicts: Vec<Verdict> = Vec::with_capacity(listed.len());
-        let mut found = 0;
-        for new in &listed {
-            verdicts.push(match self.objects.get(&new.key) {
-                Some(old) => {
-                    found += 1;
-                    if new.same_state(&old) {
-                        Verdict::Same
-                    } else {
-                        Verdict::Modified(old.clone())
-                    }
-                }
-                None => Verdict::Added,
-            });
-        }
-        let mut changes: Vec<Change> = Vec::new();
+        let (changed, found) = self.changed(&listed);
+        let mut changes: Vec<Change> = Vec::with_capacity(changed.len());
         if found < self.objects.len() {
             let keys: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
             for entry in self.objects.iter() {
@@ -582,17 +568,87 @@ impl Store {
                 }
             }
         }
-        let mut unchanged = Vec::with_capacity(found);
-        for (new, verdict) in listed.into_iter().zip(verdicts) {
-            match verdict {
-                Verdict::Same => unchanged.push(new),
-                Verdict::Modified(old) => {
-                    changes.push((EventKind::Modified, Arc::new(new), Some(old)));
-                }
-                Verdict::Added => changes.push((EventKind::Added, Arc::new(new), None)),
-            }
+        // The changed objects are taken out from the highest index down, so
+        // each `swap_remove` fills its hole with an unchanged object (every
+        // changed one above it is already out) and what is left is exactly
+        // the unchanged ones: O(changes) moves, not one per listed object.
+        let mut unchanged = listed;
+        for (index, old) in changed.into_iter().rev() {
+            let new = Arc::new(unchanged.swap_remove(index));
+            changes.push(match old {
+                Some(old) => (EventKind::Modified, new, Some(old)),
+                None => (EventKind::Added, new, None),
+            });
         }
         (changes, unchanged)
+    }
+
+    /// The listed objects that changed, by index in ascending order, each
+    /// with the state it replaces (none: it is new), and how many listed
+    /// objects the store holds. The lookups are independent reads of the
+    /// map, and a large list's are split over the machine's cores (at most
+    /// [`RELIST_THREADS`]): each lookup waits on memory (the map's bucket,
+    /// the stored object, both texts), and live events queue behind the
+    /// relist's writer meanwhile, while the subscribers' tasks, with
+    /// nothing new to send, leave the other cores idle.
+    fn changed(&self, listed: &[Object]) -> (Vec<Changed>, usize) {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(RELIST_THREADS);
+        if threads == 1 || listed.len() < RELIST_PARALLEL_FROM {
+            return self.changed_in(listed, 0);
+        }
+        let span = tracing::Span::current();
+        let size = listed.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut parts = listed.chunks(size).enumerate();
+            let mine = parts.next().map_or(&[][..], |(_, part)| part);
+            let others: Vec<_> = parts
+                .map(|(i, part)| {
+                    let span = span.clone();
+                    let offset = i * size;
+                    let spawned = std::thread::Builder::new()
+                        .name("relist-diff".into())
+                        .spawn_scoped(scope, move || {
+                            span.in_scope(|| self.changed_in(part, offset))
+                        });
+                    // Without a thread, this part is compared here, after
+                    // this thread's own.
+                    spawned.map_err(|_| (part, offset))
+                })
+                .collect();
+            let (mut changed, mut found) = self.changed_in(mine, 0);
+            for other in others {
+                let (part_changed, part_found) = match other {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err((part, offset)) => self.changed_in(part, offset),
+                };
+                changed.extend(part_changed);
+                found += part_found;
+            }
+            (changed, found)
+        })
+    }
+
+    /// [`Store::changed`] of `listed`, on this thread; its indices start
+    /// at `offset`.
+    fn changed_in(&self, listed: &[Object], offset: usize) -> (Vec<Changed>, usize) {
+        let mut changed = Vec::new();
+        let mut found = 0;
+        for (i, new) in listed.iter().enumerate() {
+            match self.objects.get(&new.key) {
+                Some(old) => {
+                    found += 1;
+                    if !new.same_state(&old) {
+                        changed.push((offset + i, Some(old.clone())));
+                    }
+                }
+                None => changed.push((offset + i, None)),
+            }
+        }
+        (changed, found)
     }
 
     /// Writes a relist's difference as one re-sync unit at `rv`.
@@ -956,7 +1012,7 @@ fn sorted(mut objects: Vec<Arc<Object>>) -> Arc<[Arc<Object>]> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
     use crate::object::{Transform, TypeMeta};
@@ -1316,6 +1372,76 @@ pub(crate) mod tests {
             ])
         );
         assert_eq!(snapshot.resource_version, ResourceVersion(10));
+    }
+
+    /// A list large enough to be compared on several threads: changes on
+    /// both sides of every split (for two, three and four threads), new
+    /// objects among the listed ones and deleted ones, all in the unit, and
+    /// nothing else; what comes back to be freed is exactly the rest.
+    #[test]
+    fn a_list_compared_on_several_threads_yields_exactly_its_changes() {
+        let n = 3 * RELIST_PARALLEL_FROM;
+        let name = |i: usize| format!("o{i:06}");
+        let store = Store::new(configmaps(), 100);
+        store.replace(
+            (0..n).map(|i| object(&name(i), 1, "{}")).collect(),
+            ResourceVersion(1),
+        );
+        let mut modified = BTreeSet::new();
+        for split in [n / 4, n / 3, n / 2, 2 * n / 3, 3 * n / 4] {
+            modified.extend([split - 1, split, split + 1]);
+        }
+        modified.extend([0, n - 1]);
+        let deleted = BTreeSet::from([5, n / 2 + 7, n - 2]);
+        let mut listed = Vec::new();
+        for i in (0..n).filter(|i| !deleted.contains(i)) {
+            let rv = if modified.contains(&i) { 2 } else { 1 };
+            listed.push(object(&name(i), rv, "{}"));
+            if i == n / 3 {
+                listed.push(object("added-in-the-middle", 2, "{}"));
+            }
+        }
+        listed.push(object("added-at-the-end", 2, "{}"));
+        let listed_count = listed.len();
+
+        let (changes, unchanged) = store.difference(listed);
+
+        use EventKind::*;
+        let mut expected: BTreeMap<String, EventKind> = modified
+            .iter()
+            .map(|&i| (name(i), Modified))
+            .chain(deleted.iter().map(|&i| (name(i), Deleted)))
+            .collect();
+        expected.insert("added-in-the-middle".into(), Added);
+        expected.insert("added-at-the-end".into(), Added);
+        let found: BTreeMap<String, EventKind> = changes
+            .iter()
+            .map(|(kind, object, _)| (object.name.clone(), *kind))
+            .collect();
+        assert_eq!(found, expected);
+        assert_eq!(changes.len(), expected.len(), "no change twice");
+        for (kind, object, previous) in &changes {
+            let previous_rv = previous.as_ref().map(|p| p.resource_version.0);
+            match kind {
+                Modified => assert_eq!(
+                    (object.resource_version.0, previous_rv),
+                    (2, Some(1)),
+                    "{} replaces its own state",
+                    object.name
+                ),
+                Added => assert_eq!(previous_rv, None, "{} is new", object.name),
+                _ => assert_eq!(previous_rv, Some(1), "{} was held", object.name),
+            }
+        }
+        assert_eq!(unchanged.len(), listed_count - modified.len() - 2);
+        assert!(
+            unchanged
+                .iter()
+                .all(|o| o.resource_version.0 == 1 && o.name.starts_with('o')),
+            "only unchanged objects are left to free"
+        );
+        let unchanged_names: BTreeSet<&str> = unchanged.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(unchanged_names.len(), unchanged.len(), "none twice");
     }
 
     /// A relist's copies are freed at the lowest priority, on their own
