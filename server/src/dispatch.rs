@@ -773,13 +773,22 @@ mod tests {
     /// the writer is between its marks and its head.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn registrations_racing_the_writer_miss_nothing() {
+        // The writer writes at least this many events, and goes on until
+        // this many subscribers registered while it wrote (a fast writer
+        // once finished before 10 had).
         const EVENTS: u64 = 20_000;
+        const SUBSCRIBERS: usize = 12;
         let store = Arc::new(Store::new(configmaps(), 1_000_000));
         store.replace(Vec::new(), ResourceVersion(1));
+        let registered = Arc::new(AtomicUsize::new(0));
         let writer = {
-            let store = store.clone();
+            let (store, registered) = (store.clone(), registered.clone());
             std::thread::spawn(move || {
-                for rv in 2..EVENTS {
+                let mut rv = 1;
+                while rv < EVENTS
+                    || (registered.load(Ordering::Acquire) < SUBSCRIBERS && rv < 900_000)
+                {
+                    rv += 1;
                     let ns = ["a", "b", "c"][(rv * 7919 % 3) as usize];
                     let kind = match rv % 5 {
                         0 => EventKind::Deleted,
@@ -787,8 +796,11 @@ mod tests {
                     };
                     store.apply(kind, cm(ns, &format!("o{}", rv % 13), rv));
                 }
+                rv
             })
         };
+        // The first RV after the writer's: a subscriber is done there.
+        let end = Arc::new(AtomicU64::new(u64::MAX));
         let mut subscribers = Vec::new();
         let mut i = 0;
         while !writer.is_finished() {
@@ -806,12 +818,13 @@ mod tests {
                 },
                 CancellationToken::new(),
             ));
+            let end = end.clone();
             subscribers.push(tokio::spawn(async move {
                 let (mut got, mut live) = (Vec::new(), false);
                 while let Some(delivery) = stream.next().await {
                     let d = delivery.unwrap();
                     live |= d.kind == EventKind::Bookmark;
-                    let done = live && d.resource_version.0 > EVENTS;
+                    let done = live && d.resource_version.0 >= end.load(Ordering::Acquire);
                     got.push((d.kind, d.resource_version.0));
                     if done {
                         break;
@@ -819,13 +832,19 @@ mod tests {
                 }
                 (ns, got)
             }));
+            registered.store(subscribers.len(), Ordering::Release);
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
-        writer.join().unwrap();
+        let last = writer.join().unwrap();
+        end.store(last + 1, Ordering::Release);
         // The end, in every namespace.
-        store.apply(EventKind::Added, cm("a", "end", EVENTS + 1));
-        store.apply(EventKind::Added, cm("b", "end", EVENTS + 2));
-        assert!(subscribers.len() > 10, "{} subscribers", subscribers.len());
+        store.apply(EventKind::Added, cm("a", "end", last + 1));
+        store.apply(EventKind::Added, cm("b", "end", last + 2));
+        assert!(
+            subscribers.len() >= SUBSCRIBERS,
+            "{} subscribers registered while the writer wrote",
+            subscribers.len()
+        );
         let ring = store.read_after(0, usize::MAX).unwrap();
         let mut events = 0;
         for subscriber in subscribers {
