@@ -6,7 +6,9 @@
 //! (`metadata.name`, a pod's `spec.nodeName`, the type's fields
 //! `--index-field` names, `metadata.namespace`; see
 //! [`IndexedField::for_type`]) registers one [`Interest`] under that
-//! (field, value).
+//! (field, value); one that pins none of those but a label's value
+//! (`key=value`, `key==value`, `key in (value)`; see
+//! [`Filter::pinned_labels`]) registers under that (label, value).
 //! Every object its filter matches has that value, so an event can only
 //! concern it if its object or its previous object has it. Other
 //! subscribers stay unindexed and wait on the store's head, as before.
@@ -60,9 +62,10 @@
 //!
 //! Per event: one read lock on the index and a hash lookup per indexed
 //! field with interests and value (the values are the selectable fields'
-//! values taken when the object entered the store), plus one atomic and
-//! one wake-up per interest it touches. Bookmarks mark every interest;
-//! they are rare.
+//! values taken when the object entered the store), the same per label
+//! key that interests are registered under, plus one atomic and one
+//! wake-up per interest it touches. Bookmarks mark every interest; they
+//! are rare.
 
 use std::{
     collections::HashMap,
@@ -214,10 +217,42 @@ impl Mark {
 }
 
 /// The registered interests of one store, by field (in the order of the
-/// dispatch's indexed fields) and value.
+/// dispatch's indexed fields) and value, and by label key and value.
 #[derive(Debug, Default)]
 struct Index {
-    by_field: Vec<HashMap<String, Vec<Arc<Mark>>>>,
+    by_field: Vec<Interests>,
+    by_label: HashMap<String, Interests>,
+}
+
+/// Interests by the value they are registered under.
+type Interests = HashMap<String, Vec<Arc<Mark>>>;
+
+impl Index {
+    /// The interests registered under `key`'s values.
+    fn interests(&mut self, key: &Key) -> &mut Interests {
+        match key {
+            Key::Field(field) => &mut self.by_field[*field],
+            Key::Label(label) => self.by_label.entry(label.clone()).or_default(),
+        }
+    }
+
+    /// Every registered interest.
+    fn all(&self) -> impl Iterator<Item = &Arc<Mark>> {
+        self.by_field
+            .iter()
+            .chain(self.by_label.values())
+            .flat_map(HashMap::values)
+            .flatten()
+    }
+}
+
+/// What an interest is registered under, besides its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    /// The dispatch's indexed field at this position.
+    Field(usize),
+    /// This label.
+    Label(String),
 }
 
 /// The registry of interests of one store, and its counters.
@@ -251,6 +286,7 @@ impl Dispatch {
         Dispatch {
             index: RwLock::new(Index {
                 by_field: vec![HashMap::new(); fields.len()],
+                by_label: HashMap::new(),
             }),
             indexed: AtomicUsize::new(0),
             unindexed: AtomicU64::new(0),
@@ -260,26 +296,34 @@ impl Dispatch {
     }
 
     /// Registers a live subscriber whose filter requires the exact values
-    /// `pinned` (field path, value; see [`Filter::pinned`]): under the
-    /// first indexed field among them, or unindexed. The registration
-    /// lasts as long as the returned interest.
+    /// `pinned` (field path, value; see [`Filter::pinned`]) and the exact
+    /// label values `labels` (key, value; see [`Filter::pinned_labels`]):
+    /// under the first indexed field among them, else under the first
+    /// label, else unindexed. The registration lasts as long as the
+    /// returned interest.
     pub fn register<'p, 'v>(
         self: &Arc<Self>,
         pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
+        mut labels: impl Iterator<Item = (&'p str, &'v str)>,
     ) -> Interest {
-        let pinned = self.fields.iter().enumerate().find_map(|(i, field)| {
+        let field = self.fields.iter().enumerate().find_map(|(i, field)| {
             let (_, value) = pinned.clone().find(|(path, _)| *path == field.path)?;
-            Some((i, value.to_owned()))
+            Some((Key::Field(i), value.to_owned()))
         });
-        let slot = pinned.map(|(field, value)| {
+        let pinned = field.or_else(|| {
+            let (label, value) = labels.next()?;
+            Some((Key::Label(label.to_owned()), value.to_owned()))
+        });
+        let slot = pinned.map(|(key, value)| {
             let mark = Arc::new(Mark::default());
             let mut index = self.index.write();
             self.indexed.fetch_add(1, Ordering::AcqRel);
-            index.by_field[field]
+            index
+                .interests(&key)
                 .entry(value.clone())
                 .or_default()
                 .push(mark.clone());
-            (field, value, mark)
+            (key, value, mark)
         });
         if slot.is_none() {
             self.unindexed.fetch_add(1, Ordering::Relaxed);
@@ -301,9 +345,7 @@ impl Dispatch {
         for event in events {
             let Some(object) = &event.object else {
                 // A bookmark, or a unit's close, is for everyone.
-                for marks in index.by_field.iter().flat_map(HashMap::values) {
-                    marks.iter().for_each(|m| m.set(event.seq));
-                }
+                index.all().for_each(|m| m.set(event.seq));
                 continue;
             };
             for (field, by_value) in self.fields.iter().zip(&index.by_field) {
@@ -313,6 +355,16 @@ impl Dispatch {
                 let new = object.field(field.source);
                 let old = event.previous.as_deref().map(|p| p.field(field.source));
                 let touched = std::iter::once(new).chain(old.filter(|o| *o != new));
+                for value in touched {
+                    if let Some(marks) = by_value.get(value) {
+                        marks.iter().for_each(|m| m.set(event.seq));
+                    }
+                }
+            }
+            for (label, by_value) in &index.by_label {
+                let new = object.labels.get(label);
+                let old = event.previous.as_deref().and_then(|p| p.labels.get(label));
+                let touched = new.into_iter().chain(old.filter(|o| Some(*o) != new));
                 for value in touched {
                     if let Some(marks) = by_value.get(value) {
                         marks.iter().for_each(|m| m.set(event.seq));
@@ -342,9 +394,8 @@ impl Dispatch {
 #[derive(Debug)]
 pub struct Interest {
     dispatch: Arc<Dispatch>,
-    /// The field's position among the dispatch's indexed fields, the
-    /// value, the mark.
-    slot: Option<(usize, String, Arc<Mark>)>,
+    /// What it is registered under, the value, the mark.
+    slot: Option<(Key, String, Arc<Mark>)>,
 }
 
 impl Interest {
@@ -381,17 +432,23 @@ impl Interest {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let Some((field, value, mark)) = self.slot.take() else {
+        let Some((key, value, mark)) = self.slot.take() else {
             self.dispatch.unindexed.fetch_sub(1, Ordering::Relaxed);
             return;
         };
         let mut index = self.dispatch.index.write();
-        let by_value = &mut index.by_field[field];
+        let by_value = index.interests(&key);
         if let Some(marks) = by_value.get_mut(&value) {
             marks.retain(|m| !Arc::ptr_eq(m, &mark));
             if marks.is_empty() {
                 by_value.remove(&value);
             }
+        }
+        // A label nobody is registered under costs every event a lookup.
+        if let Key::Label(label) = &key
+            && index.by_label.get(label).is_some_and(HashMap::is_empty)
+        {
+            index.by_label.remove(label);
         }
         self.dispatch.indexed.fetch_sub(1, Ordering::AcqRel);
     }
@@ -532,6 +589,61 @@ mod tests {
         );
     }
 
+    /// A cluster-wide watch with `app=mine` (or `app in (mine)`) is
+    /// indexed by that label: other objects' events cost it nothing, and
+    /// an object whose label changes into or out of the value reaches it as
+    /// ADDED or DELETED. Two values (`app in (a,b)`) cannot be one
+    /// registration and stay unindexed; the last subscriber of a label
+    /// takes the label out of the index.
+    #[tokio::test(start_paused = true)]
+    async fn a_label_pinned_subscriber_is_woken_only_by_its_labels_events() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let selecting = |selector: &str| WatchSpec {
+            filter: Filter::new("", selector, "", &SelectableFields::default()).unwrap(),
+            ..spec("", Start::At(ResourceVersion(1)), false)
+        };
+        let mut streams: Vec<_> = ["app=mine", "app in (mine)"]
+            .map(|selector| stream_of(&store, selecting(selector), Limits::default()))
+            .into();
+        let mut two_values = stream_of(&store, selecting("app in (a,b)"), Limits::default());
+        for stream in streams.iter_mut().chain([&mut two_values]) {
+            assert!(ready(stream).await.is_empty());
+        }
+        let status = store.dispatch().status();
+        assert_eq!((status.indexed, status.unindexed), (2, 1));
+        drop(two_values);
+        let labelled = |name: &str, rv: u64, labels: &str| object_in("ns", name, rv, labels);
+        let before = counts(&store);
+        for rv in 2..=101 {
+            let labels = [r#"{"app":"other"}"#, "{}", r#"{"tier":"mine"}"#][rv as usize % 3];
+            store.apply(EventKind::Added, labelled(&format!("o{rv}"), rv, labels));
+        }
+        for stream in &mut streams {
+            assert!(ready(stream).await.is_empty());
+        }
+        assert_eq!(
+            counts(&store),
+            before,
+            "100 other objects: no wake-up, no ring read"
+        );
+        // One at a time, so each must wake it: into the value, within it,
+        // out of it (only the previous state has the value).
+        for (rv, labels, kind) in [
+            (102, r#"{"app":"mine"}"#, EventKind::Added),
+            (103, r#"{"app":"mine","x":"y"}"#, EventKind::Modified),
+            (104, "{}", EventKind::Deleted),
+        ] {
+            store.apply(EventKind::Modified, labelled("o2", rv, labels));
+            for stream in &mut streams {
+                assert_eq!(ready(stream).await, [Ok((kind, rv, false, "o2".into()))]);
+            }
+        }
+        drop(streams);
+        assert_eq!(store.dispatch().status().indexed, 0);
+        assert!(store.dispatch().index.read().by_label.is_empty());
+    }
+
     fn pods() -> ResourceType {
         ResourceType {
             gvr: "v1/pods".parse().unwrap(),
@@ -563,10 +675,10 @@ mod tests {
         store.replace(Vec::new(), ResourceVersion(1));
         let node = store
             .dispatch()
-            .register([("spec.nodeName", "n1")].into_iter());
+            .register([("spec.nodeName", "n1")].into_iter(), std::iter::empty());
         let other = store
             .dispatch()
-            .register([("spec.nodeName", "n2")].into_iter());
+            .register([("spec.nodeName", "n2")].into_iter(), std::iter::empty());
         assert!(node.is_indexed());
         let mut marks = Vec::new();
         for (kind, at) in [
@@ -596,7 +708,7 @@ mod tests {
         let configmaps = Store::new(configmaps(), 10);
         let by_node = configmaps
             .dispatch()
-            .register([("spec.nodeName", "n1")].into_iter());
+            .register([("spec.nodeName", "n1")].into_iter(), std::iter::empty());
         assert!(!by_node.is_indexed());
         assert_eq!(configmaps.dispatch().status().unindexed, 1);
         drop((node, other));

@@ -115,6 +115,21 @@ impl Filter {
         namespace.chain(fields)
     }
 
+    /// The exact label values the filter requires, as (key, value):
+    /// `key=value`, `key==value` and `key in (value)`. Every object it
+    /// matches has them (dispatch indexes subscribers by them when no
+    /// field is pinned).
+    pub fn pinned_labels(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+        self.labels.iter().filter_map(|r| match r {
+            LabelRequirement::Equals(key, value) => Some((key.as_str(), value.as_str())),
+            LabelRequirement::In(key, values) => match values.as_slice() {
+                [value] => Some((key.as_str(), value.as_str())),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
     /// Whether `object` passes every part of the filter.
     pub fn matches(&self, object: &Object) -> bool {
         self.namespace

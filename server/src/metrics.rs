@@ -266,8 +266,9 @@ mod tests {
             Filter::new("ns", "", "", &crate::fields::SelectableFields::default())
                 .unwrap()
                 .pinned(),
+            std::iter::empty(),
         );
-        let _unindexed = dispatch.register(Filter::default().pinned());
+        let _unindexed = dispatch.register(Filter::default().pinned(), std::iter::empty());
         dispatch.woken();
         let text = render(&registry(Arc::new(cache))).unwrap();
         let history_line =
