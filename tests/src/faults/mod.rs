@@ -99,6 +99,8 @@ pub struct Report {
     pub name_pinned: usize,
     /// Subscribers excluding one name (`metadata.name!=`).
     pub name_excluded: usize,
+    /// Subscribers kube-fanout wakes through its label index.
+    pub label_indexed: usize,
     /// Subscribers receiving metadata only.
     pub metadata_only: usize,
     /// Subscribers receiving compressed messages (gzip or zstd).
@@ -121,12 +123,13 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label, {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
             self.name_pinned,
             self.name_excluded,
+            self.label_indexed,
             self.metadata_only,
             self.compressed,
             g.connections,
@@ -244,6 +247,15 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
                 if i == 0 {
                     filter = Filter::default();
                 }
+            } else if i + 1 == plan.subscribers {
+                // And the last watches one app everywhere, whatever the
+                // seed: kube-fanout wakes it only through its label index.
+                filter.namespace.clear();
+                filter.name = None;
+                filter.requirements = vec![model::Requirement::Equals(
+                    "app",
+                    model::APPS[i % model::APPS.len()],
+                )];
             }
             // Without bookmarks a subscriber's resume point moves only
             // with its events, so only one that sees the final marker (a
@@ -332,6 +344,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
             .iter()
             .filter(|l| matches!(l.filter.name, Some(NameTerm::NotEquals(_))))
             .count(),
+        label_indexed: lives.iter().filter(|l| l.filter.label_indexed()).count(),
         metadata_only: lives.iter().filter(|l| l.filter.metadata_only).count(),
         compressed: lives.iter().filter(|l| l.compressed).count(),
         faults,

@@ -193,9 +193,12 @@ impl Filter {
         let app = *APPS.choose(rng).unwrap_or(&"a");
         let tier = *TIERS.choose(rng).unwrap_or(&"x");
         use Requirement::*;
-        let choices: [Vec<Requirement>; 10] = [
+        // Without a namespace or a pinned name, `app=a`, `app in (a)` and
+        // `tier=x` are indexed by that label (woken only through it).
+        let choices: [Vec<Requirement>; 11] = [
             vec![],
             vec![Equals("app", app)],
+            vec![In("app", vec![app])],
             vec![NotEquals("app", app)],
             vec![In("app", vec!["a", "b"])],
             vec![NotIn("app", vec![app])],
@@ -218,6 +221,19 @@ impl Filter {
             name,
             metadata_only: rng.random_bool(0.25),
         }
+    }
+
+    /// Whether kube-fanout indexes a subscriber with this filter by a
+    /// label: it pins no namespace and no name (those come first) and
+    /// pins a label to one value.
+    pub fn label_indexed(&self) -> bool {
+        self.namespace.is_empty()
+            && !matches!(self.name, Some(NameTerm::Equals(_)))
+            && self.requirements.iter().any(|r| match r {
+                Requirement::Equals(..) => true,
+                Requirement::In(_, values) => values.len() == 1,
+                _ => false,
+            })
     }
 
     /// The field selector in Kubernetes syntax.
