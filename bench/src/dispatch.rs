@@ -7,13 +7,15 @@
 //! the server does per subscriber, less the HTTP/2 write), a writer thread
 //! feeding `Store::apply` at a fixed rate. Subscriber i sees the objects
 //! of namespace `ns-i`, which carry the label `sub=i`, and the feed cycles
-//! through the namespaces. Two ways of asking for the same deliveries:
+//! through the namespaces. Three ways of asking for the same deliveries:
 //!
-//! - `indexed`: the namespace (`namespace: ns-i`), which dispatch indexes,
-//!   so an event wakes only its subscriber;
-//! - `unindexed`: the label selector `sub=i`, which it does not, so every
-//!   event wakes every subscriber, which filters it out (the path every
-//!   subscriber took before dispatch by index).
+//! - `namespace`: the namespace (`namespace: ns-i`), which dispatch
+//!   indexes, so an event wakes only its subscriber;
+//! - `label`: the label selector `sub=i`, which dispatch indexes by the
+//!   label, the same;
+//! - `unindexed`: the label selector `sub in (i,none)`, which it cannot
+//!   (two values), so every event wakes every subscriber, which filters it
+//!   out (the path every subscriber took before dispatch by index).
 //!
 //! The figure is this process's CPU time (all threads) over the feed, until
 //! every delivery arrived, divided by the events fed.
@@ -60,8 +62,13 @@ pub struct DispatchArgs {
 /// How subscribers ask for their namespace's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scope {
-    Indexed,
+    Namespace,
+    Label,
     Unindexed,
+}
+
+impl Scope {
+    const ALL: [Scope; 3] = [Scope::Namespace, Scope::Label, Scope::Unindexed];
 }
 
 /// One case's figures.
@@ -79,7 +86,7 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
     println!("|---|---|---|---|");
     let mut results = Vec::new();
     for &n in &args.subscribers {
-        for scope in [Scope::Indexed, Scope::Unindexed] {
+        for scope in Scope::ALL {
             let figures = case(scope, n, &args).await?;
             println!(
                 "| {n} | {scope:?} | {:.1} µs | {:.2} |",
@@ -90,7 +97,7 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
         }
     }
     if let [first, .., last] = args.subscribers.as_slice() {
-        for scope in [Scope::Indexed, Scope::Unindexed] {
+        for scope in Scope::ALL {
             let cpu = |n: usize| {
                 results
                     .iter()
@@ -117,8 +124,9 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     let mut drains = Vec::with_capacity(n);
     for i in 0..n {
         let (namespace, label_selector) = match scope {
-            Scope::Indexed => (format!("ns-{i}"), String::new()),
-            Scope::Unindexed => (String::new(), format!("sub={i}")),
+            Scope::Namespace => (format!("ns-{i}"), String::new()),
+            Scope::Label => (String::new(), format!("sub={i}")),
+            Scope::Unindexed => (String::new(), format!("sub in ({i},none)")),
         };
         let request = Request::new(WatchRequest {
             resource: Some(configmaps_ref()),
