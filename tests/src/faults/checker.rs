@@ -25,12 +25,15 @@ use std::{
     sync::Arc,
 };
 
-use kube_fanout_proto::v1::{EventType, WatchEvent};
+use kube_fanout_proto::{
+    ends_initial_events,
+    v1::{EventType, WatchEvent},
+};
 use tonic::Code;
 
 use super::{
     model::{Filter, Key, Obj, bounded},
-    subscriber::{Ending, Entry, Life, ends_snapshot},
+    subscriber::{Ending, Entry, Life},
     truth::TruthLog,
 };
 
@@ -427,7 +430,7 @@ impl Checker<'_> {
         let what = summary(event);
         match phase {
             Phase::Snapshot(mut objects) => {
-                if ends_snapshot(event) {
+                if ends_initial_events(event) {
                     self.end_snapshot(&what, d.rv, objects);
                     return Phase::Live;
                 }

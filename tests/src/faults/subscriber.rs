@@ -13,8 +13,9 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use kube_fanout_proto::v1::{
-    EventType, ResourceRef, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
+use kube_fanout_proto::{
+    ends_initial_events,
+    v1::{EventType, ResourceRef, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient},
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::{sync::watch, time::Instant};
@@ -22,17 +23,6 @@ use tonic::{Code, codec::CompressionEncoding, transport::Endpoint};
 use tonic_types::StatusExt;
 
 use super::model::Filter;
-
-/// The annotation that ends a snapshot.
-const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
-
-/// Whether `event` is the bookmark that ends a snapshot.
-pub fn ends_snapshot(event: &WatchEvent) -> bool {
-    event.r#type() == EventType::Bookmark
-        && serde_json::from_str::<serde_json::Value>(&event.object).is_ok_and(|o| {
-            o["metadata"]["annotations"][INITIAL_EVENTS_END].as_str() == Some("true")
-        })
-}
 
 /// One thing that happened to a subscriber.
 #[derive(Debug, Clone)]
@@ -278,7 +268,7 @@ async fn live(
                     };
                     let rv: u64 = event.resource_version.parse().unwrap_or_default();
                     if in_snapshot {
-                        if ends_snapshot(&event) {
+                        if ends_initial_events(&event) {
                             in_snapshot = false;
                             next = Next::Resume(rv);
                         }
