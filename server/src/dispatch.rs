@@ -639,7 +639,20 @@ mod tests {
                 assert_eq!(ready(stream).await, [Ok((kind, rv, false, "o2".into()))]);
             }
         }
+        // Both are registered under (app, mine): one leaving keeps the
+        // other's registration.
+        let mut remaining = streams.remove(0);
         drop(streams);
+        assert_eq!(store.dispatch().status().indexed, 1);
+        store.apply(
+            EventKind::Modified,
+            labelled("o3", 105, r#"{"app":"mine"}"#),
+        );
+        assert_eq!(
+            ready(&mut remaining).await,
+            [Ok((EventKind::Added, 105, false, "o3".into()))]
+        );
+        drop(remaining);
         assert_eq!(store.dispatch().status().indexed, 0);
         assert!(store.dispatch().index.read().by_label.is_empty());
     }
