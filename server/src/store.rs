@@ -330,6 +330,9 @@ pub struct Store {
     /// Which snapshot paths ran, so the racing tests prove they were taken.
     #[cfg(test)]
     paths: tests::SnapshotPaths,
+    /// The threads the last relist's comparison ran on.
+    #[cfg(test)]
+    comparison_threads: std::sync::atomic::AtomicUsize,
 }
 
 /// How much history the ring keeps for resuming watches and for slow
@@ -471,6 +474,8 @@ impl Store {
             reads: Default::default(),
             #[cfg(test)]
             paths: Default::default(),
+            #[cfg(test)]
+            comparison_threads: Default::default(),
         }
     }
 
@@ -596,6 +601,9 @@ impl Store {
             .map_or(1, usize::from)
             .min(RELIST_THREADS);
         if threads == 1 || listed.len() < RELIST_PARALLEL_FROM {
+            #[cfg(test)]
+            self.comparison_threads
+                .store(1, std::sync::atomic::Ordering::Relaxed);
             return self.changed_in(listed, 0);
         }
         let span = tracing::Span::current();
@@ -617,6 +625,11 @@ impl Store {
                     spawned.map_err(|_| (part, offset))
                 })
                 .collect();
+            #[cfg(test)]
+            self.comparison_threads.store(
+                1 + others.iter().filter(|o| o.is_ok()).count(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let (mut changed, mut found) = self.changed_in(mine, 0);
             for other in others {
                 let (part_changed, part_found) = match other {
@@ -1405,6 +1418,14 @@ pub(crate) mod tests {
         let listed_count = listed.len();
 
         let (changes, unchanged) = store.difference(listed);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(
+            store
+                .comparison_threads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            cores.min(RELIST_THREADS),
+            "compared on every core, at most {RELIST_THREADS}"
+        );
 
         use EventKind::*;
         let mut expected: BTreeMap<String, EventKind> = modified
