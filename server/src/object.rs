@@ -137,8 +137,10 @@ pub struct Object {
     pub fields: Box<[String]>,
     /// The object's JSON after the transform.
     pub json: Arc<str>,
-    /// A 64-bit digest of `json` ([`digest`]), so that comparing two
-    /// states of an object need not read both texts.
+    /// A 64-bit [`digest`] of the object's JSON in one canonical form (as
+    /// serde_json writes the parsed value: keys sorted, no spaces), so it
+    /// is the same for the same state whatever key order the API server
+    /// sent it in, and comparing two states need not read either text.
     pub digest: u64,
     /// Its `PartialObjectMetadata`, made when a metadata subscriber first
     /// needs it (see [`crate::projection`]).
@@ -148,28 +150,19 @@ pub struct Object {
 impl Object {
     /// Whether `other` is the same state of the object. Watch events are
     /// kept as the API server sent them and list items as they were
-    /// re-encoded, so equal objects can differ in key order: compare the
-    /// JSON values, not the text. A different resourceVersion always means
-    /// a different state, and is checked first because it is cheap.
+    /// re-encoded, so equal objects can differ in key order: their JSON
+    /// values are compared, through the digests of their canonical form.
+    /// A different resourceVersion always means a different state, and is
+    /// checked first.
     ///
-    /// At the same resourceVersion, equal digests and lengths are taken
-    /// for equal texts, without reading them: a relist compares every
-    /// unchanged object, and reading both texts was half its time. Two
-    /// different texts of one object at one resourceVersion (possible only
-    /// if etcd reused a revision, as a restore without
-    /// `--bump-revision` does) would also have to collide in 64 bits.
+    /// A relist compares every unchanged object, so neither text is read:
+    /// reading both was half its time, and parsing both (when the key
+    /// orders differed) twenty times that. Two different states of one
+    /// object at one resourceVersion (possible only if etcd reused a
+    /// revision, as a restore without `--bump-revision` does) would also
+    /// have to collide in 64 bits.
     pub fn same_state(&self, other: &Object) -> bool {
-        if self.resource_version != other.resource_version {
-            return false;
-        }
-        (self.digest == other.digest && self.json.len() == other.json.len())
-            || matches!(
-                (
-                    serde_json::from_str::<Value>(&self.json),
-                    serde_json::from_str::<Value>(&other.json),
-                ),
-                (Ok(a), Ok(b)) if a == b
-            )
+        self.resource_version == other.resource_version && self.digest == other.digest
     }
 
     /// The object's value of a selectable field (resolved for its type by
@@ -239,8 +232,12 @@ impl Object {
         {
             rewrite |= m.remove("managedFields").is_some();
         }
+        // Re-encoded, the text is the canonical form; kept as sent, the
+        // canonical form is made only for its digest.
+        let canonical = serde_json::to_string(&value)?;
+        let digest = digest(&canonical);
         let json: Arc<str> = if rewrite {
-            serde_json::to_string(&value)?.into()
+            canonical.into()
         } else {
             raw.into()
         };
@@ -252,16 +249,17 @@ impl Object {
             resource_version,
             labels: meta.labels,
             fields,
-            digest: digest(&json),
+            digest,
             json,
             partial_metadata: Default::default(),
         })
     }
 }
 
-/// The digest [`Object::digest`] holds: foldhash with a fixed seed, so it
-/// is the same for equal texts anywhere in the process (it is never kept
-/// or sent elsewhere), at several gigabytes a second.
+/// The digest of a canonical text that [`Object::digest`] holds: foldhash
+/// with a fixed seed, so it is the same for equal texts anywhere in the
+/// process (it is never kept or sent elsewhere), at several gigabytes a
+/// second.
 pub fn digest(json: &str) -> u64 {
     use std::hash::BuildHasher;
     foldhash::fast::FixedState::with_seed(0).hash_one(json)
@@ -311,7 +309,13 @@ mod tests {
         let newer = parse(
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"5"},"data":{"x":"1","y":"2"}}"#,
         );
+        // A LIST's item: no apiVersion or kind, so filled in and re-encoded.
+        let listed =
+            parse(r#"{"metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"2"}}"#);
         assert!(a.same_state(&reordered));
+        assert!(a.same_state(&listed));
+        assert_eq!(a.digest, reordered.digest, "one canonical form");
+        assert_ne!(a.json, reordered.json, "both kept as sent");
         assert!(!a.same_state(&changed));
         assert!(!a.same_state(&newer));
     }
