@@ -246,6 +246,18 @@ impl Index {
     }
 }
 
+/// Marks, for event `seq`, the interests `by_value` registers under the
+/// object's value `new` and its previous state's value `old` (each none
+/// when it has no value there; one lookup when they are equal).
+fn mark_values(by_value: &Interests, new: Option<&str>, old: Option<&str>, seq: u64) {
+    let touched = new.into_iter().chain(old.filter(|o| Some(*o) != new));
+    for value in touched {
+        if let Some(marks) = by_value.get(value) {
+            marks.iter().for_each(|m| m.set(seq));
+        }
+    }
+}
+
 /// What an interest is registered under, besides its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
@@ -352,24 +364,13 @@ impl Dispatch {
                 if by_value.is_empty() {
                     continue;
                 }
-                let new = object.field(field.source);
                 let old = event.previous.as_deref().map(|p| p.field(field.source));
-                let touched = std::iter::once(new).chain(old.filter(|o| *o != new));
-                for value in touched {
-                    if let Some(marks) = by_value.get(value) {
-                        marks.iter().for_each(|m| m.set(event.seq));
-                    }
-                }
+                mark_values(by_value, Some(object.field(field.source)), old, event.seq);
             }
             for (label, by_value) in &index.by_label {
-                let new = object.labels.get(label);
+                let new = object.labels.get(label).map(String::as_str);
                 let old = event.previous.as_deref().and_then(|p| p.labels.get(label));
-                let touched = new.into_iter().chain(old.filter(|o| Some(*o) != new));
-                for value in touched {
-                    if let Some(marks) = by_value.get(value) {
-                        marks.iter().for_each(|m| m.set(event.seq));
-                    }
-                }
+                mark_values(by_value, new, old.map(String::as_str), event.seq);
             }
         }
     }
