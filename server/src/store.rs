@@ -550,8 +550,8 @@ impl Store {
     }
 
     /// What a relist to `listed` changes. One lookup in the map per listed
-    /// object (its resourceVersion compared first, the text only when that
-    /// is equal), and an allocation only for an object that changed; the
+    /// object (its resourceVersion and digest compared, see
+    /// [`Object::same_state`]), and an allocation only for an object that changed; the
     /// listed keys are indexed only when the lookups found fewer objects
     /// than the store holds, that is when something was deleted. This
     /// relies on a LIST naming each key once, as the API server's does
@@ -593,14 +593,20 @@ impl Store {
     /// objects the store holds. The lookups are independent reads of the
     /// map, and a large list's are split over the machine's cores (at most
     /// [`RELIST_THREADS`]): each lookup waits on memory (the map's bucket,
-    /// the stored object, both texts), and live events queue behind the
-    /// relist's writer meanwhile, while the subscribers' tasks, with
-    /// nothing new to send, leave the other cores idle.
+    /// the stored object), and live events queue behind the relist's
+    /// writer meanwhile, while the subscribers' tasks, with nothing new to
+    /// send, leave the other cores idle.
     fn changed(&self, listed: &[Object]) -> (Vec<Changed>, usize) {
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(RELIST_THREADS);
-        if threads == 1 || listed.len() < RELIST_PARALLEL_FROM {
+        // The core count is read (from the cgroup's files, on Linux) only
+        // for a list large enough to split.
+        let threads = if listed.len() < RELIST_PARALLEL_FROM {
+            1
+        } else {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(RELIST_THREADS)
+        };
+        if threads == 1 {
             #[cfg(test)]
             self.comparison_threads
                 .store(1, std::sync::atomic::Ordering::Relaxed);
