@@ -269,8 +269,13 @@ struct Live {
     read_rv: ResourceVersion,
     /// Inside a re-sync unit: its changes are being read.
     in_unit: bool,
-    /// When the subscriber was last sent something.
+    /// When the subscriber was last sent something (as of its last wait).
     last_sent: Instant,
+    /// Something was sent after `last_sent` was taken. The clock is read
+    /// again when the subscriber next waits, once per batch of deliveries
+    /// rather than once per delivery: the progress timer only matters
+    /// while it waits.
+    unstamped: bool,
     /// Re-armed lazily: when it fires early it is moved to the real
     /// deadline, so sending an event costs no timer operation.
     progress: Pin<Box<Sleep>>,
@@ -459,6 +464,7 @@ impl Subscription {
             read_rv: rv,
             in_unit: false,
             last_sent: now,
+            unstamped: false,
             progress: Box::pin(tokio::time::sleep_until(
                 now + self.limits.progress_interval,
             )),
@@ -502,7 +508,7 @@ async fn follow(
             live.cursor_bytes = event.bytes_through;
             live.read_rv = event.resource_version;
             if let Some(delivery) = live.handle(store, spec, &event) {
-                live.last_sent = Instant::now();
+                live.unstamped = true;
                 return Ok(delivery);
             }
         }
@@ -541,6 +547,9 @@ async fn follow(
                 }
                 Ok(_) => live.catching_up = false,
             }
+        }
+        if std::mem::take(&mut live.unstamped) {
+            live.last_sent = Instant::now();
         }
         let wake = tokio::select! {
             changed = head.changed(), if !indexed => Wake::Changed { store_gone: changed.is_err() },
