@@ -6,16 +6,20 @@
 //! `Store`, N Watch streams drained by tasks on a two-thread runtime (what
 //! the server does per subscriber, less the HTTP/2 write), a writer thread
 //! feeding `Store::apply` at a fixed rate. Subscriber i sees the objects
-//! of namespace `ns-i`, which carry the label `sub=i`, and the feed cycles
-//! through the namespaces. Three ways of asking for the same deliveries:
+//! of namespace `ns-i`, which carry the labels `sub=i` and `sub-i` (empty
+//! value), and the feed cycles
+//! through the namespaces. Four ways of asking for the same deliveries:
 //!
 //! - `namespace`: the namespace (`namespace: ns-i`), which dispatch
 //!   indexes, so an event wakes only its subscriber;
 //! - `label`: the label selector `sub=i`, which dispatch indexes by the
 //!   label, the same;
-//! - `unindexed`: the label selector `sub in (i,none)`, which it cannot
-//!   (two values), so every event wakes every subscriber, which filters it
-//!   out (the path every subscriber took before dispatch by index).
+//! - `label-set`: the label selector `sub in (i,none)`, which dispatch
+//!   indexes under each of the two values (no object has `none`), the
+//!   same;
+//! - `unindexed`: the label selector `sub-i` (the label exists), which
+//!   pins no value, so every event wakes every subscriber, which filters
+//!   it out (the path every subscriber took before dispatch by index).
 //!
 //! The figure is this process's CPU time (all threads) over the feed, until
 //! every delivery arrived, divided by the events fed.
@@ -64,11 +68,17 @@ pub struct DispatchArgs {
 enum Scope {
     Namespace,
     Label,
+    LabelSet,
     Unindexed,
 }
 
 impl Scope {
-    const ALL: [Scope; 3] = [Scope::Namespace, Scope::Label, Scope::Unindexed];
+    const ALL: [Scope; 4] = [
+        Scope::Namespace,
+        Scope::Label,
+        Scope::LabelSet,
+        Scope::Unindexed,
+    ];
 }
 
 /// One case's figures.
@@ -126,7 +136,8 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
         let (namespace, label_selector) = match scope {
             Scope::Namespace => (format!("ns-{i}"), String::new()),
             Scope::Label => (String::new(), format!("sub={i}")),
-            Scope::Unindexed => (String::new(), format!("sub in ({i},none)")),
+            Scope::LabelSet => (String::new(), format!("sub in ({i},none)")),
+            Scope::Unindexed => (String::new(), format!("sub-{i}")),
         };
         let request = Request::new(WatchRequest {
             resource: Some(configmaps_ref()),
@@ -198,10 +209,10 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
 }
 
 /// A ConfigMap of about `size` bytes of JSON in namespace `ns-{sub}`,
-/// labelled `sub={sub}`.
+/// labelled `sub={sub}` and `sub-{sub}=""`.
 fn object_json(sub: u64, name: u64, rv: u64, size: usize) -> String {
     let mut json = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"ns-{sub}","resourceVersion":"{rv}","labels":{{"sub":"{sub}"}}}},"data":{{"pad":""#
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"ns-{sub}","resourceVersion":"{rv}","labels":{{"sub":"{sub}","sub-{sub}":""}}}},"data":{{"pad":""#
     );
     let pad = size.saturating_sub(json.len() + 3);
     json.extend(std::iter::repeat_n('x', pad));

@@ -6,12 +6,15 @@
 //! (`metadata.name`, a pod's `spec.nodeName`, the type's fields
 //! `--index-field` names, `metadata.namespace`; see
 //! [`IndexedField::for_type`]) registers one [`Interest`] under that
-//! (field, value); one that pins none of those but a label's value
-//! (`key=value`, `key==value`, `key in (value)`; see
-//! [`Filter::pinned_labels`]) registers under that (label, value).
-//! Every object its filter matches has that value, so an event can only
-//! concern it if its object or its previous object has it. Other
-//! subscribers stay unindexed and wait on the store's head, as before.
+//! (field, value); one that pins none of those but a label's values
+//! (`key=value`, `key==value`, `key in (values)`; see
+//! [`Filter::pinned_labels`]) registers the same interest under (label,
+//! value) for each of those values (the label with the fewest, when it
+//! pins several). Every object its filter matches has one of those
+//! values, so an event can only concern it if its object or its previous
+//! object has one. Other subscribers (selectors that pin no value:
+//! `notin`, `!=`, `key`, `!key`, or none) stay unindexed and wait on the
+//! store's head, as before.
 //!
 //! # The mark, and why it is enough
 //!
@@ -20,7 +23,8 @@
 //! writer, for each event it appends, after releasing the ring's mutex and
 //! **before** publishing the head that includes the event, sets the mark of
 //! every interest registered under the event's old and new index values
-//! (if the mark is 0) and wakes its subscriber. An event without an object
+//! (if the mark is 0) and wakes its subscriber; an interest registered
+//! under both is marked once, as the second finds the mark set. An event without an object
 //! (a bookmark, and the bookmark closing a re-sync unit, which every
 //! subscriber must get) marks every interest. Marks are set in sequence
 //! order: there is one writer.
@@ -64,7 +68,8 @@
 //! field with interests and value (the values are the selectable fields'
 //! values taken when the object entered the store), the same per label
 //! key that interests are registered under, plus one atomic and one
-//! wake-up per interest it touches. Bookmarks mark every interest; they
+//! wake-up per interest it touches. Bookmarks mark every interest (one
+//! registered under several label values is tried once per value); they
 //! are rare.
 
 use std::{
@@ -308,34 +313,44 @@ impl Dispatch {
     }
 
     /// Registers a live subscriber whose filter requires the exact values
-    /// `pinned` (field path, value; see [`Filter::pinned`]) and the exact
-    /// label values `labels` (key, value; see [`Filter::pinned_labels`]):
-    /// under the first indexed field among them, else under the first
-    /// label, else unindexed. The registration lasts as long as the
-    /// returned interest.
+    /// `pinned` (field path, value; see [`Filter::pinned`]) and one of the
+    /// label values `labels` (key, allowed values; see
+    /// [`Filter::pinned_labels`]): under the first indexed field among
+    /// them, else under each value of the label with the fewest distinct
+    /// values (the first of those), else unindexed. The registration lasts as
+    /// long as the returned interest.
     pub fn register<'p, 'v>(
         self: &Arc<Self>,
         pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
-        mut labels: impl Iterator<Item = (&'p str, &'v str)>,
+        labels: impl Iterator<Item = (&'p str, &'v [String])>,
     ) -> Interest {
         let field = self.fields.iter().enumerate().find_map(|(i, field)| {
             let (_, value) = pinned.clone().find(|(path, _)| *path == field.path)?;
-            Some((Key::Field(i), value.to_owned()))
+            Some((Key::Field(i), vec![value.to_owned()]))
         });
         let pinned = field.or_else(|| {
-            let (label, value) = labels.next()?;
-            Some((Key::Label(label.to_owned()), value.to_owned()))
+            labels
+                .map(|(label, values)| {
+                    let mut values = values.to_vec();
+                    values.sort_unstable();
+                    values.dedup();
+                    (Key::Label(label.to_owned()), values)
+                })
+                .filter(|(_, values)| !values.is_empty())
+                .min_by_key(|(_, values)| values.len())
         });
-        let slot = pinned.map(|(key, value)| {
+        let slot = pinned.map(|(key, values)| {
             let mark = Arc::new(Mark::default());
             let mut index = self.index.write();
             self.indexed.fetch_add(1, Ordering::AcqRel);
-            index
-                .interests(&key)
-                .entry(value.clone())
-                .or_default()
-                .push(mark.clone());
-            (key, value, mark)
+            let by_value = index.interests(&key);
+            for value in &values {
+                by_value
+                    .entry(value.clone())
+                    .or_default()
+                    .push(mark.clone());
+            }
+            (key, values, mark)
         });
         if slot.is_none() {
             self.unindexed.fetch_add(1, Ordering::Relaxed);
@@ -390,13 +405,14 @@ impl Dispatch {
     }
 }
 
-/// A live subscriber's registration: indexed under one value, or not.
-/// Dropping it deregisters.
+/// A live subscriber's registration: indexed under one field value or
+/// one or more label values, or not. Dropping it deregisters.
 #[derive(Debug)]
 pub struct Interest {
     dispatch: Arc<Dispatch>,
-    /// What it is registered under, the value, the mark.
-    slot: Option<(Key, String, Arc<Mark>)>,
+    /// What it is registered under, the values (sorted, distinct), the
+    /// mark.
+    slot: Option<(Key, Vec<String>, Arc<Mark>)>,
 }
 
 impl Interest {
@@ -433,16 +449,18 @@ impl Interest {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let Some((key, value, mark)) = self.slot.take() else {
+        let Some((key, values, mark)) = self.slot.take() else {
             self.dispatch.unindexed.fetch_sub(1, Ordering::Relaxed);
             return;
         };
         let mut index = self.dispatch.index.write();
         let by_value = index.interests(&key);
-        if let Some(marks) = by_value.get_mut(&value) {
-            marks.retain(|m| !Arc::ptr_eq(m, &mark));
-            if marks.is_empty() {
-                by_value.remove(&value);
+        for value in &values {
+            if let Some(marks) = by_value.get_mut(value) {
+                marks.retain(|m| !Arc::ptr_eq(m, &mark));
+                if marks.is_empty() {
+                    by_value.remove(value);
+                }
             }
         }
         // A label nobody is registered under costs every event a lookup.
@@ -593,9 +611,9 @@ mod tests {
     /// A cluster-wide watch with `app=mine` (or `app in (mine)`) is
     /// indexed by that label: other objects' events cost it nothing, and
     /// an object whose label changes into or out of the value reaches it as
-    /// ADDED or DELETED. Two values (`app in (a,b)`) cannot be one
-    /// registration and stay unindexed; the last subscriber of a label
-    /// takes the label out of the index.
+    /// ADDED or DELETED. A selector that pins no value (`app notin (x)`)
+    /// stays unindexed; the last subscriber of a label takes the label out
+    /// of the index.
     #[tokio::test(start_paused = true)]
     async fn a_label_pinned_subscriber_is_woken_only_by_its_labels_events() {
         let store = Arc::new(Store::new(configmaps(), 100));
@@ -607,13 +625,13 @@ mod tests {
         let mut streams: Vec<_> = ["app=mine", "app in (mine)"]
             .map(|selector| stream_of(&store, selecting(selector), Limits::default()))
             .into();
-        let mut two_values = stream_of(&store, selecting("app in (a,b)"), Limits::default());
-        for stream in streams.iter_mut().chain([&mut two_values]) {
+        let mut no_value = stream_of(&store, selecting("app notin (x)"), Limits::default());
+        for stream in streams.iter_mut().chain([&mut no_value]) {
             assert!(ready(stream).await.is_empty());
         }
         let status = store.dispatch().status();
         assert_eq!((status.indexed, status.unindexed), (2, 1));
-        drop(two_values);
+        drop(no_value);
         let labelled = |name: &str, rv: u64, labels: &str| object_in("ns", name, rv, labels);
         let before = counts(&store);
         for rv in 2..=101 {
@@ -654,6 +672,62 @@ mod tests {
             [Ok((EventKind::Added, 105, false, "o3".into()))]
         );
         drop(remaining);
+        assert_eq!(store.dispatch().status().indexed, 0);
+        assert!(store.dispatch().index.read().by_label.is_empty());
+    }
+
+    /// `app in (a,b)` is registered under both values, with one mark:
+    /// events of either wake it (an object moving from one to the other is
+    /// one MODIFIED), events of neither cost it nothing, and objects moving
+    /// in or out of the set arrive as ADDED or DELETED. With two pinned
+    /// labels the one with fewer values is used.
+    #[tokio::test(start_paused = true)]
+    async fn a_label_set_subscriber_is_woken_by_each_of_its_values_only() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let selecting = |selector: &str| WatchSpec {
+            filter: Filter::new("", selector, "", &SelectableFields::default()).unwrap(),
+            ..spec("", Start::At(ResourceVersion(1)), false)
+        };
+        let mut stream = stream_of(
+            &store,
+            selecting("tier in (x,y,z),app in (b,a,a)"),
+            Limits::default(),
+        );
+        assert!(ready(&mut stream).await.is_empty());
+        assert_eq!(store.dispatch().status().indexed, 1);
+        {
+            let index = store.dispatch().index.read();
+            assert!(!index.by_label.contains_key("tier"), "fewer values win");
+            let mut values: Vec<_> = index.by_label["app"].keys().cloned().collect();
+            values.sort();
+            assert_eq!(values, ["a", "b"], "each value once");
+        }
+        let labelled = |rv: u64, app: &str| {
+            let labels = format!(r#"{{"app":"{app}","tier":"x"}}"#);
+            object_in("ns", "o", rv, &labels)
+        };
+        let before = counts(&store);
+        for rv in 2..=51 {
+            store.apply(EventKind::Modified, labelled(rv, "c"));
+        }
+        assert!(ready(&mut stream).await.is_empty());
+        assert_eq!(counts(&store), before, "50 events of app=c: nothing");
+        for (rv, app, kind) in [
+            (52, "a", EventKind::Added),
+            (53, "b", EventKind::Modified),
+            (54, "c", EventKind::Deleted),
+            (55, "b", EventKind::Added),
+        ] {
+            let woken = store.dispatch().status().wakeups;
+            store.apply(EventKind::Modified, labelled(rv, app));
+            assert_eq!(
+                ready(&mut stream).await,
+                [Ok((kind, rv, false, "o".into()))]
+            );
+            assert_eq!(store.dispatch().status().wakeups, woken + 1, "one wake-up");
+        }
+        drop(stream);
         assert_eq!(store.dispatch().status().indexed, 0);
         assert!(store.dispatch().index.read().by_label.is_empty());
     }

@@ -115,17 +115,16 @@ impl Filter {
         namespace.chain(fields)
     }
 
-    /// The exact label values the filter requires, as (key, value):
-    /// `key=value`, `key==value` and `key in (value)`. Every object it
-    /// matches has them (dispatch indexes subscribers by them when no
-    /// field is pinned).
-    pub fn pinned_labels(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+    /// The label values the filter requires, as (key, allowed values):
+    /// `key=value` and `key==value` (one value) and `key in (values)`.
+    /// Every object it matches has one of them under that key (dispatch
+    /// indexes subscribers by them when no field is pinned).
+    pub fn pinned_labels(&self) -> impl Iterator<Item = (&str, &[String])> + Clone {
         self.labels.iter().filter_map(|r| match r {
-            LabelRequirement::Equals(key, value) => Some((key.as_str(), value.as_str())),
-            LabelRequirement::In(key, values) => match values.as_slice() {
-                [value] => Some((key.as_str(), value.as_str())),
-                _ => None,
-            },
+            LabelRequirement::Equals(key, value) => {
+                Some((key.as_str(), std::slice::from_ref(value)))
+            }
+            LabelRequirement::In(key, values) => Some((key.as_str(), values.as_slice())),
             _ => None,
         })
     }

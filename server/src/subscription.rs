@@ -1569,11 +1569,11 @@ pub(crate) mod tests {
         assert_eq!(deliveries(&mut metadata).await, lagged(4));
     }
 
-    /// What `app=mine` matches among these tests' objects, with two values
-    /// so that dispatch cannot index it: the subscriber reads every event,
-    /// and its lag is counted exactly (an indexed one skips what it is not
-    /// owed).
-    const MINE_UNINDEXED: &str = "app in (mine,nobody)";
+    /// What `app=mine` matches among these tests' objects (`app` is
+    /// `mine` or `theirs`), pinning no value so that dispatch cannot index
+    /// it: the subscriber reads every event, and its lag is counted
+    /// exactly (an indexed one skips what it is not owed).
+    const MINE_UNINDEXED: &str = "app,app notin (theirs)";
 
     /// An exact count leaves the head room for exactly the bytes the bound
     /// still allows: an event that uses up that room and one byte more

@@ -41,8 +41,11 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
     );
     assert!(report.figures.cut_offs > 0, "a slow reader was cut off");
     assert!(
-        report.name_pinned > 0 && report.label_indexed > 0 && report.metadata_only > 0,
-        "subscribers woken through the name and label indexes and metadata-only ones took part"
+        report.name_pinned > 0
+            && report.label_indexed > 0
+            && report.label_set_indexed > 0
+            && report.metadata_only > 0,
+        "subscribers woken through the name and label indexes (a label set too) and metadata-only ones took part"
     );
     assert!(
         report.violations.is_empty(),

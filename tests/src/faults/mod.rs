@@ -101,6 +101,8 @@ pub struct Report {
     pub name_excluded: usize,
     /// Subscribers kube-fanout wakes through its label index.
     pub label_indexed: usize,
+    /// Of those, the ones registered under several values (`in (a,b)`).
+    pub label_set_indexed: usize,
     /// Subscribers receiving metadata only.
     pub metadata_only: usize,
     /// Subscribers receiving compressed messages (gzip or zstd).
@@ -123,13 +125,14 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label, {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label ({} by a set of values), {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
             self.name_pinned,
             self.name_excluded,
             self.label_indexed,
+            self.label_set_indexed,
             self.metadata_only,
             self.compressed,
             g.connections,
@@ -247,15 +250,19 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
                 if i == 0 {
                     filter = Filter::default();
                 }
-            } else if i + 1 == plan.subscribers {
-                // And the last watches one app everywhere, whatever the
-                // seed: kube-fanout wakes it only through its label index.
+            } else if i + 2 >= plan.subscribers {
+                // And the last two watch apps everywhere, whatever the
+                // seed: kube-fanout wakes them only through its label
+                // index, the last under one value, the one before under
+                // each of two.
                 filter.namespace.clear();
                 filter.name = None;
-                filter.requirements = vec![model::Requirement::Equals(
-                    "app",
-                    model::APPS[i % model::APPS.len()],
-                )];
+                let app = |k: usize| model::APPS[k % model::APPS.len()];
+                filter.requirements = vec![if i + 1 == plan.subscribers {
+                    model::Requirement::Equals("app", app(i))
+                } else {
+                    model::Requirement::In("app", vec![app(i), app(i + 1)])
+                }];
             }
             // Without bookmarks a subscriber's resume point moves only
             // with its events, so only one that sees the final marker (a
@@ -345,6 +352,10 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
             .filter(|l| matches!(l.filter.name, Some(NameTerm::NotEquals(_))))
             .count(),
         label_indexed: lives.iter().filter(|l| l.filter.label_indexed()).count(),
+        label_set_indexed: lives
+            .iter()
+            .filter(|l| l.filter.label_set_indexed())
+            .count(),
         metadata_only: lives.iter().filter(|l| l.filter.metadata_only).count(),
         compressed: lives.iter().filter(|l| l.compressed).count(),
         faults,

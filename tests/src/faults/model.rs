@@ -193,8 +193,9 @@ impl Filter {
         let app = *APPS.choose(rng).unwrap_or(&"a");
         let tier = *TIERS.choose(rng).unwrap_or(&"x");
         use Requirement::*;
-        // Without a namespace or a pinned name, `app=a`, `app in (a)` and
-        // `tier=x` are indexed by that label (woken only through it).
+        // Without a namespace or a pinned name, `app=a`, `app in (a)`,
+        // `app in (a,b)` and `tier=x` are indexed by that label (woken
+        // only through it; a set under each of its values).
         let choices: [Vec<Requirement>; 11] = [
             vec![],
             vec![Equals("app", app)],
@@ -225,14 +226,25 @@ impl Filter {
 
     /// Whether kube-fanout indexes a subscriber with this filter by a
     /// label: it pins no namespace and no name (those come first) and
-    /// pins a label to one value.
+    /// pins a label to one value or a set of values.
     pub fn label_indexed(&self) -> bool {
         self.namespace.is_empty()
             && !matches!(self.name, Some(NameTerm::Equals(_)))
-            && self.requirements.iter().any(|r| match r {
-                Requirement::Equals(..) => true,
-                Requirement::In(_, values) => values.len() == 1,
-                _ => false,
+            && self
+                .requirements
+                .iter()
+                .any(|r| matches!(r, Requirement::Equals(..) | Requirement::In(..)))
+    }
+
+    /// Whether that label index registers it under several values: every
+    /// label it pins, it pins to a set (kube-fanout takes the label with
+    /// the fewest values).
+    pub fn label_set_indexed(&self) -> bool {
+        self.label_indexed()
+            && self.requirements.iter().all(|r| match r {
+                Requirement::Equals(..) => false,
+                Requirement::In(_, values) => values.len() > 1,
+                _ => true,
             })
     }
 
