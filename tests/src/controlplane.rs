@@ -85,6 +85,31 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The ports a control plane listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ports {
+    etcd: u16,
+    peer: u16,
+    api: u16,
+}
+
+impl Ports {
+    /// Ports that were free a moment ago.
+    fn free() -> Result<Self> {
+        Ok(Ports {
+            etcd: free_port()?,
+            peer: free_port()?,
+            api: free_port()?,
+        })
+    }
+}
+
+/// Whether a start failed because a port was taken: etcd's or
+/// kube-apiserver's log (in the error's context) says so.
+fn port_taken(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains("address already in use")
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver with default options.
     pub async fn start() -> Result<Self> {
@@ -98,10 +123,16 @@ impl ControlPlane {
     /// kube-apiserver binds it. A start that failed so is made again on
     /// fresh ports (at most three times); any other failure is returned.
     pub async fn start_with(options: Options) -> Result<Self> {
+        Self::start_on(&options, Ports::free).await
+    }
+
+    /// Starts on the ports `ports` gives, asking it again (at most three
+    /// starts in all) when a start failed because one was taken.
+    async fn start_on(options: &Options, mut ports: impl FnMut() -> Result<Ports>) -> Result<Self> {
         let mut attempt = 1;
         loop {
-            match Self::start_once(&options).await {
-                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+            match Self::start_once(options, ports()?).await {
+                Err(e) if attempt < 3 && port_taken(&e) => {
                     tracing::warn!(
                         attempt,
                         "a control plane port was taken meanwhile; again on fresh ports"
@@ -113,14 +144,18 @@ impl ControlPlane {
         }
     }
 
-    async fn start_once(options: &Options) -> Result<Self> {
+    async fn start_once(options: &Options, ports: Ports) -> Result<Self> {
         crate::init_logging();
         let bin = binaries()?;
         let dir = tempfile::Builder::new()
             .prefix("kube-fanout-cp-")
             .tempdir()?;
         let d = dir.path();
-        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let Ports {
+            etcd: etcd_port,
+            peer: peer_port,
+            api: api_port,
+        } = ports;
         let etcd_endpoint = format!("http://127.0.0.1:{etcd_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let etcd = spawn(
@@ -470,4 +505,36 @@ pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
         kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
             .await?;
     Ok(kube::Client::try_from(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first start's etcd client port is taken (as a test running
+    /// beside it could take it between `free_port` and the bind): the
+    /// start fails on it, is recognised as such, and the second start, on
+    /// fresh ports, comes up.
+    #[tokio::test]
+    async fn a_start_on_a_port_taken_meanwhile_is_made_again_on_fresh_ports() -> Result<()> {
+        let taken = TcpListener::bind("127.0.0.1:0")?;
+        let port = taken.local_addr()?.port();
+        let mut asked = Vec::new();
+        let cp = ControlPlane::start_on(&Options::default(), || {
+            let mut ports = Ports::free()?;
+            if asked.is_empty() {
+                ports.etcd = port;
+            }
+            asked.push(ports);
+            Ok(ports)
+        })
+        .await?;
+        assert_eq!(asked.len(), 2, "one start again: {asked:?}");
+        assert_eq!(cp.server_url, format!("https://127.0.0.1:{}", asked[1].api));
+        cp.client
+            .apiserver_version()
+            .await
+            .context("the second start serves")?;
+        Ok(())
+    }
 }
