@@ -9,12 +9,12 @@
 //! (field, value); one that pins none of those but a label's values
 //! (`key=value`, `key==value`, `key in (values)`; see
 //! [`Filter::pinned_labels`]) registers the same interest under (label,
-//! value) for each of those values (the label with the fewest, when it
-//! pins several). Every object its filter matches has one of those
-//! values, so an event can only concern it if its object or its previous
-//! object has one. Other subscribers (selectors that pin no value:
-//! `notin`, `!=`, `key`, `!key`, or none) stay unindexed and wait on the
-//! store's head, as before.
+//! value) for each of those values (the label with the fewest distinct
+//! values, when it pins several). Every object its filter matches has one
+//! of those values, so an event can only concern it if its object or its
+//! previous object has one. Other subscribers (selectors that pin no
+//! value: `notin`, `!=`, `key`, `!key`, or none) stay unindexed and wait
+//! on the store's head, as before.
 //!
 //! # The mark, and why it is enough
 //!
@@ -24,9 +24,9 @@
 //! **before** publishing the head that includes the event, sets the mark of
 //! every interest registered under the event's old and new index values
 //! (if the mark is 0) and wakes its subscriber; an interest registered
-//! under both is marked once, as the second finds the mark set. An event without an object
-//! (a bookmark, and the bookmark closing a re-sync unit, which every
-//! subscriber must get) marks every interest. Marks are set in sequence
+//! under both is marked once, as the second finds the mark set. An event
+//! without an object (a bookmark, and the bookmark closing a re-sync unit,
+//! which every subscriber must get) marks every interest. Marks are set in sequence
 //! order: there is one writer.
 //!
 //! The subscriber, with its cursor `c`, reads the head `H`, then takes the
@@ -317,8 +317,8 @@ impl Dispatch {
     /// label values `labels` (key, allowed values; see
     /// [`Filter::pinned_labels`]): under the first indexed field among
     /// them, else under each value of the label with the fewest distinct
-    /// values (the first of those), else unindexed. The registration lasts as
-    /// long as the returned interest.
+    /// values (the first of those), else unindexed. The registration lasts
+    /// as long as the returned interest.
     pub fn register<'p, 'v>(
         self: &Arc<Self>,
         pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
