@@ -512,6 +512,14 @@ mod tests {
         }
     }
 
+    /// A cluster-wide watch from RV 1 with this label selector.
+    fn label_watch(selector: &str) -> WatchSpec {
+        WatchSpec {
+            filter: Filter::new("", selector, "", &SelectableFields::default()).unwrap(),
+            ..spec("", Start::At(ResourceVersion(1)), false)
+        }
+    }
+
     fn counts(store: &Store) -> (u64, u64) {
         (store.dispatch().status().wakeups, store.reads.load(Relaxed))
     }
@@ -618,14 +626,10 @@ mod tests {
     async fn a_label_pinned_subscriber_is_woken_only_by_its_labels_events() {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(Vec::new(), ResourceVersion(1));
-        let selecting = |selector: &str| WatchSpec {
-            filter: Filter::new("", selector, "", &SelectableFields::default()).unwrap(),
-            ..spec("", Start::At(ResourceVersion(1)), false)
-        };
         let mut streams: Vec<_> = ["app=mine", "app in (mine)"]
-            .map(|selector| stream_of(&store, selecting(selector), Limits::default()))
+            .map(|selector| stream_of(&store, label_watch(selector), Limits::default()))
             .into();
-        let mut no_value = stream_of(&store, selecting("app notin (x)"), Limits::default());
+        let mut no_value = stream_of(&store, label_watch("app notin (x)"), Limits::default());
         for stream in streams.iter_mut().chain([&mut no_value]) {
             assert!(ready(stream).await.is_empty());
         }
@@ -685,13 +689,9 @@ mod tests {
     async fn a_label_set_subscriber_is_woken_by_each_of_its_values_only() {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(Vec::new(), ResourceVersion(1));
-        let selecting = |selector: &str| WatchSpec {
-            filter: Filter::new("", selector, "", &SelectableFields::default()).unwrap(),
-            ..spec("", Start::At(ResourceVersion(1)), false)
-        };
         let mut stream = stream_of(
             &store,
-            selecting("tier in (x,y,z),app in (b,a,a)"),
+            label_watch("tier in (x,y,z),app in (b,a,a)"),
             Limits::default(),
         );
         assert!(ready(&mut stream).await.is_empty());
