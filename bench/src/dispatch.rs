@@ -7,8 +7,8 @@
 //! the server does per subscriber, less the HTTP/2 write), a writer thread
 //! feeding `Store::apply` at a fixed rate. Subscriber i sees the objects
 //! of namespace `ns-i`, which carry the labels `sub=i` and `sub-i` (empty
-//! value), and the feed cycles
-//! through the namespaces. Four ways of asking for the same deliveries:
+//! value), and the feed cycles through the namespaces. Four ways of asking
+//! for the same deliveries:
 //!
 //! - `namespace`: the namespace (`namespace: ns-i`), which dispatch
 //!   indexes, so an event wakes only its subscriber;

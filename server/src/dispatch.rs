@@ -26,8 +26,8 @@
 //! (if the mark is 0) and wakes its subscriber; an interest registered
 //! under both is marked once, as the second finds the mark set. An event
 //! without an object (a bookmark, and the bookmark closing a re-sync unit,
-//! which every subscriber must get) marks every interest. Marks are set in sequence
-//! order: there is one writer.
+//! which every subscriber must get) marks every interest. Marks are set in
+//! sequence order: there is one writer.
 //!
 //! The subscriber, with its cursor `c`, reads the head `H`, then takes the
 //! mark (swaps it with 0):

@@ -551,13 +551,13 @@ impl Store {
 
     /// What a relist to `listed` changes. One lookup in the map per listed
     /// object (its resourceVersion and digest compared, see
-    /// [`Object::same_state`]), and an allocation only for an object that changed; the
-    /// listed keys are indexed only when the lookups found fewer objects
-    /// than the store holds, that is when something was deleted. This
-    /// relies on a LIST naming each key once, as the API server's does
-    /// (one etcd key per namespace and name). The map is read one shard
-    /// lock at a time; the reflector, the only writer, is the caller, so
-    /// nothing changes underneath.
+    /// [`Object::same_state`]), and an allocation only for an object that
+    /// changed; the listed keys are indexed only when the lookups found
+    /// fewer objects than the store holds, that is when something was
+    /// deleted. This relies on a LIST naming each key once, as the API
+    /// server's does (one etcd key per namespace and name). The map is read
+    /// one shard lock at a time; the reflector, the only writer, is the
+    /// caller, so nothing changes underneath.
     ///
     /// Returns the changes, and the listed objects that are unchanged (for
     /// the caller to free once the changes are out).
