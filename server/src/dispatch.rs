@@ -8,13 +8,16 @@
 //! [`IndexedField::for_type`]) registers one [`Interest`] under that
 //! (field, value); one that pins none of those but a label's values
 //! (`key=value`, `key==value`, `key in (values)`; see
-//! [`Filter::pinned_labels`]) registers the same interest under (label,
+//! [`Filter::required_labels`]) registers the same interest under (label,
 //! value) for each of those values (the label with the fewest distinct
-//! values, when it pins several). Every object its filter matches has one
-//! of those values, so an event can only concern it if its object or its
-//! previous object has one. Other subscribers (selectors that pin no
-//! value: `notin`, `!=`, `key`, `!key`, or none) stay unindexed and wait
-//! on the store's head, as before.
+//! values, when it pins several); one that pins no value but requires a
+//! label to exist (`key`) registers under the label's presence. Every
+//! object its filter matches has one of those values (or the label), so an
+//! event can only concern it if its object or its previous object has one.
+//! Other subscribers (selectors that require no label: `notin`, `!=`,
+//! `!key`, or none; these match every object without the label, so they
+//! are rarely quiet) stay unindexed and wait on the store's head, as
+//! before.
 //!
 //! # The mark, and why it is enough
 //!
@@ -67,8 +70,8 @@
 //! Per event: one read lock on the index and a hash lookup per indexed
 //! field with interests and value (the values are the selectable fields'
 //! values taken when the object entered the store), the same per label
-//! key that interests are registered under, plus one atomic and one
-//! wake-up per interest it touches. Bookmarks mark every interest (one
+//! key that interests are registered under (by value or by presence), plus
+//! one atomic and one wake-up per interest it touches. Bookmarks mark every interest (one
 //! registered under several label values is tried once per value); they
 //! are rare.
 
@@ -222,32 +225,101 @@ impl Mark {
 }
 
 /// The registered interests of one store, by field (in the order of the
-/// dispatch's indexed fields) and value, and by label key and value.
+/// dispatch's indexed fields) and value, and by label key.
 #[derive(Debug, Default)]
 struct Index {
     by_field: Vec<Interests>,
-    by_label: HashMap<String, Interests>,
+    by_label: HashMap<String, LabelInterests>,
 }
 
 /// Interests by the value they are registered under.
 type Interests = HashMap<String, Vec<Arc<Mark>>>;
 
+/// The interests registered under one label.
+#[derive(Debug, Default)]
+struct LabelInterests {
+    /// Under one or more of its values.
+    by_value: Interests,
+    /// Under its presence, whatever the value.
+    present: Vec<Arc<Mark>>,
+}
+
+impl LabelInterests {
+    fn is_empty(&self) -> bool {
+        self.by_value.is_empty() && self.present.is_empty()
+    }
+
+    /// Marks, for event `seq`, the interests of the label's value `new` on
+    /// the object and `old` on its previous state, and those of its
+    /// presence if either has it.
+    fn mark(&self, new: Option<&str>, old: Option<&str>, seq: u64) {
+        mark_values(&self.by_value, new, old, seq);
+        if new.is_some() || old.is_some() {
+            self.present.iter().for_each(|m| m.set(seq));
+        }
+    }
+}
+
 impl Index {
-    /// The interests registered under `key`'s values.
-    fn interests(&mut self, key: &Key) -> &mut Interests {
+    /// Registers `mark` under `key`.
+    fn insert(&mut self, key: &Key, mark: &Arc<Mark>) {
+        let add = |by_value: &mut Interests, value: &String| {
+            by_value
+                .entry(value.clone())
+                .or_default()
+                .push(mark.clone());
+        };
         match key {
-            Key::Field(field) => &mut self.by_field[*field],
-            Key::Label(label) => self.by_label.entry(label.clone()).or_default(),
+            Key::Field(field, value) => add(&mut self.by_field[*field], value),
+            Key::Label(label, pin) => {
+                let interests = self.by_label.entry(label.clone()).or_default();
+                match pin {
+                    Some(values) => values.iter().for_each(|v| add(&mut interests.by_value, v)),
+                    None => interests.present.push(mark.clone()),
+                }
+            }
+        }
+    }
+
+    /// Deregisters `mark` from under `key`, and drops what is left empty.
+    fn remove(&mut self, key: &Key, mark: &Arc<Mark>) {
+        let remove = |by_value: &mut Interests, value: &String| {
+            if let Some(marks) = by_value.get_mut(value) {
+                marks.retain(|m| !Arc::ptr_eq(m, mark));
+                if marks.is_empty() {
+                    by_value.remove(value);
+                }
+            }
+        };
+        match key {
+            Key::Field(field, value) => remove(&mut self.by_field[*field], value),
+            Key::Label(label, pin) => {
+                let Some(interests) = self.by_label.get_mut(label) else {
+                    return;
+                };
+                match pin {
+                    Some(values) => values
+                        .iter()
+                        .for_each(|v| remove(&mut interests.by_value, v)),
+                    None => interests.present.retain(|m| !Arc::ptr_eq(m, mark)),
+                }
+                // A label nobody is registered under costs every event a
+                // lookup.
+                if interests.is_empty() {
+                    self.by_label.remove(label);
+                }
+            }
         }
     }
 
     /// Every registered interest.
     fn all(&self) -> impl Iterator<Item = &Arc<Mark>> {
-        self.by_field
-            .iter()
-            .chain(self.by_label.values())
-            .flat_map(HashMap::values)
-            .flatten()
+        let by_field = self.by_field.iter().flat_map(HashMap::values).flatten();
+        let by_label = self
+            .by_label
+            .values()
+            .flat_map(|l| l.by_value.values().flatten().chain(&l.present));
+        by_field.chain(by_label)
     }
 }
 
@@ -263,13 +335,14 @@ fn mark_values(by_value: &Interests, new: Option<&str>, old: Option<&str>, seq: 
     }
 }
 
-/// What an interest is registered under, besides its value.
+/// What an interest is registered under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
-    /// The dispatch's indexed field at this position.
-    Field(usize),
-    /// This label.
-    Label(String),
+    /// The dispatch's indexed field at this position, this value.
+    Field(usize, String),
+    /// This label, with one of these values (sorted, distinct, at least
+    /// one), or with any value (`None`).
+    Label(String, Option<Vec<String>>),
 }
 
 /// The registry of interests of one store, and its counters.
@@ -313,44 +386,44 @@ impl Dispatch {
     }
 
     /// Registers a live subscriber whose filter requires the exact values
-    /// `pinned` (field path, value; see [`Filter::pinned`]) and one of the
-    /// label values `labels` (key, allowed values; see
-    /// [`Filter::pinned_labels`]): under the first indexed field among
+    /// `pinned` (field path, value; see [`Filter::pinned`]) and the labels
+    /// `labels` (key, allowed values or any; see
+    /// [`Filter::required_labels`]): under the first indexed field among
     /// them, else under each value of the label with the fewest distinct
-    /// values (the first of those), else unindexed. The registration lasts
-    /// as long as the returned interest.
+    /// values (the first of those), else under the first label required to
+    /// exist, else unindexed. The registration lasts as long as the
+    /// returned interest.
     pub fn register<'p, 'v>(
         self: &Arc<Self>,
         pinned: impl Iterator<Item = (&'p str, &'v str)> + Clone,
-        labels: impl Iterator<Item = (&'p str, &'v [String])>,
+        labels: impl Iterator<Item = (&'p str, Option<&'v [String]>)>,
     ) -> Interest {
         let field = self.fields.iter().enumerate().find_map(|(i, field)| {
             let (_, value) = pinned.clone().find(|(path, _)| *path == field.path)?;
-            Some((Key::Field(i), vec![value.to_owned()]))
+            Some(Key::Field(i, value.to_owned()))
         });
-        let pinned = field.or_else(|| {
+        let key = field.or_else(|| {
+            // Any value counts as more values than any set.
             labels
                 .map(|(label, values)| {
-                    let mut values = values.to_vec();
-                    values.sort_unstable();
-                    values.dedup();
-                    (Key::Label(label.to_owned()), values)
+                    let values = values.map(|values| {
+                        let mut values = values.to_vec();
+                        values.sort_unstable();
+                        values.dedup();
+                        values
+                    });
+                    (label, values)
                 })
-                .filter(|(_, values)| !values.is_empty())
-                .min_by_key(|(_, values)| values.len())
+                .filter(|(_, values)| values.as_ref().is_none_or(|v| !v.is_empty()))
+                .min_by_key(|(_, values)| values.as_ref().map_or(usize::MAX, Vec::len))
+                .map(|(label, values)| Key::Label(label.to_owned(), values))
         });
-        let slot = pinned.map(|(key, values)| {
+        let slot = key.map(|key| {
             let mark = Arc::new(Mark::default());
             let mut index = self.index.write();
             self.indexed.fetch_add(1, Ordering::AcqRel);
-            let by_value = index.interests(&key);
-            for value in &values {
-                by_value
-                    .entry(value.clone())
-                    .or_default()
-                    .push(mark.clone());
-            }
-            (key, values, mark)
+            index.insert(&key, &mark);
+            (key, mark)
         });
         if slot.is_none() {
             self.unindexed.fetch_add(1, Ordering::Relaxed);
@@ -382,10 +455,10 @@ impl Dispatch {
                 let old = event.previous.as_deref().map(|p| p.field(field.source));
                 mark_values(by_value, Some(object.field(field.source)), old, event.seq);
             }
-            for (label, by_value) in &index.by_label {
+            for (label, interests) in &index.by_label {
                 let new = object.labels.get(label).map(String::as_str);
                 let old = event.previous.as_deref().and_then(|p| p.labels.get(label));
-                mark_values(by_value, new, old.map(String::as_str), event.seq);
+                interests.mark(new, old.map(String::as_str), event.seq);
             }
         }
     }
@@ -405,14 +478,14 @@ impl Dispatch {
     }
 }
 
-/// A live subscriber's registration: indexed under one field value or
-/// one or more label values, or not. Dropping it deregisters.
+/// A live subscriber's registration: indexed under one field value, one
+/// or more label values, or a label's presence, or not. Dropping it
+/// deregisters.
 #[derive(Debug)]
 pub struct Interest {
     dispatch: Arc<Dispatch>,
-    /// What it is registered under, the values (sorted, distinct), the
-    /// mark.
-    slot: Option<(Key, Vec<String>, Arc<Mark>)>,
+    /// What it is registered under, and the mark.
+    slot: Option<(Key, Arc<Mark>)>,
 }
 
 impl Interest {
@@ -427,21 +500,21 @@ impl Interest {
     pub fn take(&self) -> u64 {
         self.slot
             .as_ref()
-            .map_or(0, |(_, _, m)| m.first.swap(0, Ordering::AcqRel))
+            .map_or(0, |(_, m)| m.first.swap(0, Ordering::AcqRel))
     }
 
     /// Whether a mark is waiting to be taken.
     pub fn is_marked(&self) -> bool {
         self.slot
             .as_ref()
-            .is_some_and(|(_, _, m)| m.first.load(Ordering::Acquire) != 0)
+            .is_some_and(|(_, m)| m.first.load(Ordering::Acquire) != 0)
     }
 
     /// Resolves once the interest is marked (at once if it was marked since
     /// the last wait). Never, unindexed.
     pub async fn marked(&self) {
         match &self.slot {
-            Some((_, _, m)) => m.wake.notified().await,
+            Some((_, m)) => m.wake.notified().await,
             None => std::future::pending().await,
         }
     }
@@ -449,26 +522,11 @@ impl Interest {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let Some((key, values, mark)) = self.slot.take() else {
+        let Some((key, mark)) = self.slot.take() else {
             self.dispatch.unindexed.fetch_sub(1, Ordering::Relaxed);
             return;
         };
-        let mut index = self.dispatch.index.write();
-        let by_value = index.interests(&key);
-        for value in &values {
-            if let Some(marks) = by_value.get_mut(value) {
-                marks.retain(|m| !Arc::ptr_eq(m, &mark));
-                if marks.is_empty() {
-                    by_value.remove(value);
-                }
-            }
-        }
-        // A label nobody is registered under costs every event a lookup.
-        if let Key::Label(label) = &key
-            && index.by_label.get(label).is_some_and(HashMap::is_empty)
-        {
-            index.by_label.remove(label);
-        }
+        self.dispatch.index.write().remove(&key, &mark);
         self.dispatch.indexed.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -477,7 +535,7 @@ impl Drop for Interest {
 mod tests {
     use std::{sync::atomic::Ordering::Relaxed, time::Duration};
 
-    use futures::StreamExt;
+    use futures::{Stream, StreamExt};
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -491,7 +549,7 @@ mod tests {
             tests::{configmaps, object_in},
         },
         subscription::{
-            Limits, Start, WatchSpec,
+            Delivery, Limits, Start, WatchError, WatchSpec,
             tests::{deliveries as ready, stream_of},
             watch,
         },
@@ -680,6 +738,21 @@ mod tests {
         assert!(store.dispatch().index.read().by_label.is_empty());
     }
 
+    /// Applies `object` (named "o") as a change and checks that the
+    /// subscriber receives it as one `kind` event, from one wake-up.
+    async fn received_from_one_wakeup(
+        store: &Store,
+        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+        object: Object,
+        kind: EventKind,
+    ) {
+        let rv = object.resource_version.0;
+        let woken = store.dispatch().status().wakeups;
+        store.apply(EventKind::Modified, object);
+        assert_eq!(ready(stream).await, [Ok((kind, rv, false, "o".into()))]);
+        assert_eq!(store.dispatch().status().wakeups, woken + 1, "one wake-up");
+    }
+
     /// `app in (a,b)` is registered under both values, with one mark:
     /// events of either wake it (an object moving from one to the other is
     /// one MODIFIED), events of neither cost it nothing, and objects moving
@@ -699,7 +772,7 @@ mod tests {
         {
             let index = store.dispatch().index.read();
             assert!(!index.by_label.contains_key("tier"), "fewer values win");
-            let mut values: Vec<_> = index.by_label["app"].keys().cloned().collect();
+            let mut values: Vec<_> = index.by_label["app"].by_value.keys().cloned().collect();
             values.sort();
             assert_eq!(values, ["a", "b"], "each value once");
         }
@@ -719,13 +792,51 @@ mod tests {
             (54, "c", EventKind::Deleted),
             (55, "b", EventKind::Added),
         ] {
-            let woken = store.dispatch().status().wakeups;
-            store.apply(EventKind::Modified, labelled(rv, app));
-            assert_eq!(
-                ready(&mut stream).await,
-                [Ok((kind, rv, false, "o".into()))]
-            );
-            assert_eq!(store.dispatch().status().wakeups, woken + 1, "one wake-up");
+            received_from_one_wakeup(&store, &mut stream, labelled(rv, app), kind).await;
+        }
+        drop(stream);
+        assert_eq!(store.dispatch().status().indexed, 0);
+        assert!(store.dispatch().index.read().by_label.is_empty());
+    }
+
+    /// `app` (the label exists, any value) is registered under the label's
+    /// presence: events of objects without it cost it nothing, and gaining
+    /// the label, changing its value and losing it each wake it once. A
+    /// pinned value elsewhere in the selector is preferred; `!tier` alone
+    /// requires no label, so it stays unindexed.
+    #[tokio::test(start_paused = true)]
+    async fn a_label_presence_subscriber_is_woken_only_by_objects_with_the_label() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        let mut stream = stream_of(&store, label_watch("app,!tier"), Limits::default());
+        let mut others = ["app,tier=x", "!tier"]
+            .map(|selector| stream_of(&store, label_watch(selector), Limits::default()));
+        assert!(ready(&mut stream).await.is_empty());
+        for other in &mut others {
+            assert!(ready(other).await.is_empty());
+        }
+        let status = store.dispatch().status();
+        assert_eq!((status.indexed, status.unindexed), (2, 1));
+        {
+            let index = store.dispatch().index.read();
+            assert_eq!(index.by_label["app"].present.len(), 1);
+            assert!(index.by_label["app"].by_value.is_empty());
+            assert!(index.by_label["tier"].present.is_empty(), "a value wins");
+        }
+        drop(others);
+        let labelled = |rv: u64, labels: &str| object_in("ns", "o", rv, labels);
+        let before = counts(&store);
+        for rv in 2..=51 {
+            store.apply(EventKind::Modified, labelled(rv, r#"{"other":"x"}"#));
+        }
+        assert!(ready(&mut stream).await.is_empty());
+        assert_eq!(counts(&store), before, "50 events without app: nothing");
+        for (rv, labels, kind) in [
+            (52, r#"{"app":"a"}"#, EventKind::Added),
+            (53, r#"{"app":"b"}"#, EventKind::Modified),
+            (54, r#"{"other":"x"}"#, EventKind::Deleted),
+        ] {
+            received_from_one_wakeup(&store, &mut stream, labelled(rv, labels), kind).await;
         }
         drop(stream);
         assert_eq!(store.dispatch().status().indexed, 0);

@@ -115,16 +115,18 @@ impl Filter {
         namespace.chain(fields)
     }
 
-    /// The label values the filter requires, as (key, allowed values):
-    /// `key=value` and `key==value` (one value) and `key in (values)`.
-    /// Every object it matches has one of them under that key (dispatch
-    /// indexes subscribers by them when no field is pinned).
-    pub fn pinned_labels(&self) -> impl Iterator<Item = (&str, &[String])> + Clone {
+    /// The labels the filter requires, as (key, allowed values): `key=value`
+    /// and `key==value` (one value) and `key in (values)` give the values,
+    /// `key` (the label exists) gives `None`, any value. Every object it
+    /// matches has that label, with one of the values when they are given
+    /// (dispatch indexes subscribers by them when no field is pinned).
+    pub fn required_labels(&self) -> impl Iterator<Item = (&str, Option<&[String]>)> + Clone {
         self.labels.iter().filter_map(|r| match r {
             LabelRequirement::Equals(key, value) => {
-                Some((key.as_str(), std::slice::from_ref(value)))
+                Some((key.as_str(), Some(std::slice::from_ref(value))))
             }
-            LabelRequirement::In(key, values) => Some((key.as_str(), values.as_slice())),
+            LabelRequirement::In(key, values) => Some((key.as_str(), Some(values.as_slice()))),
+            LabelRequirement::Exists(key) => Some((key.as_str(), None)),
             _ => None,
         })
     }

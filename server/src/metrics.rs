@@ -48,13 +48,13 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "kube_fanout_indexed_subscribers",
-        help: "Live Watch streams registered under an indexed field value: woken only by events with that value.",
+        help: "Live Watch streams registered under an indexed field value, label values or a label's presence: woken only by events of objects that have them.",
         kind: MetricType::Gauge,
         value: |served, _, _| served.store.dispatch().status().indexed,
     },
     Family {
         name: "kube_fanout_unindexed_subscribers",
-        help: "Live Watch streams offered every event (their filter pins no indexed field).",
+        help: "Live Watch streams offered every event (their filter pins no indexed field and requires no label).",
         kind: MetricType::Gauge,
         value: |served, _, _| served.store.dispatch().status().unindexed,
     },

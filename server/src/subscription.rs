@@ -476,10 +476,10 @@ impl Subscription {
             },
             // Registered after the start position is fixed, and followed
             // by a catch-up read from it: see `crate::dispatch`.
-            interest: self
-                .store
-                .dispatch()
-                .register(self.spec.filter.pinned(), self.spec.filter.pinned_labels()),
+            interest: self.store.dispatch().register(
+                self.spec.filter.pinned(),
+                self.spec.filter.required_labels(),
+            ),
             catching_up: true,
         }))
     }
@@ -1569,11 +1569,11 @@ pub(crate) mod tests {
         assert_eq!(deliveries(&mut metadata).await, lagged(4));
     }
 
-    /// What `app=mine` matches among these tests' objects (`app` is
-    /// `mine` or `theirs`), pinning no value so that dispatch cannot index
-    /// it: the subscriber reads every event, and its lag is counted
-    /// exactly (an indexed one skips what it is not owed).
-    const MINE_UNINDEXED: &str = "app,app notin (theirs)";
+    /// What `app=mine` matches among these tests' objects (every one has
+    /// `app`, `mine` or `theirs`), requiring no label so that dispatch
+    /// cannot index it: the subscriber reads every event, and its lag is
+    /// counted exactly (an indexed one skips what it is not owed).
+    const MINE_UNINDEXED: &str = "app notin (theirs)";
 
     /// An exact count leaves the head room for exactly the bytes the bound
     /// still allows: an event that uses up that room and one byte more
@@ -1594,6 +1594,7 @@ pub(crate) mod tests {
             limits,
         );
         assert!(deliveries(&mut stream).await.is_empty());
+        assert_eq!(store.dispatch().status().unindexed, 1, "{MINE_UNINDEXED}");
         // More bytes than the bound, none of them for this subscriber: it
         // counts exactly, owes nothing, and has the whole bound as room.
         for rv in 2..=6 {

@@ -44,8 +44,9 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
         report.name_pinned > 0
             && report.label_indexed > 0
             && report.label_set_indexed > 0
+            && report.label_presence_indexed > 0
             && report.metadata_only > 0,
-        "subscribers woken through the name and label indexes (a label set too) and metadata-only ones took part"
+        "subscribers woken through the name and label indexes (a label set and a label's presence too) and metadata-only ones took part"
     );
     assert!(
         report.violations.is_empty(),

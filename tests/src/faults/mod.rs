@@ -103,6 +103,8 @@ pub struct Report {
     pub label_indexed: usize,
     /// Of those, the ones registered under several values (`in (a,b)`).
     pub label_set_indexed: usize,
+    /// Of those, the ones registered under a label's presence (`app`).
+    pub label_presence_indexed: usize,
     /// Subscribers receiving metadata only.
     pub metadata_only: usize,
     /// Subscribers receiving compressed messages (gzip or zstd).
@@ -125,7 +127,7 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label ({} by a set of values), {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label ({} by a set of values, {} by its presence), {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
@@ -133,6 +135,7 @@ impl fmt::Display for Report {
             self.name_excluded,
             self.label_indexed,
             self.label_set_indexed,
+            self.label_presence_indexed,
             self.metadata_only,
             self.compressed,
             g.connections,
@@ -250,18 +253,19 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
                 if i == 0 {
                     filter = Filter::default();
                 }
-            } else if i + 2 >= plan.subscribers {
-                // And the last two watch apps everywhere, whatever the
+            } else if i + 3 >= plan.subscribers {
+                // And the last three watch apps everywhere, whatever the
                 // seed: kube-fanout wakes them only through its label
                 // index, the last under one value, the one before under
-                // each of two.
+                // each of two, the one before that under the label's
+                // presence.
                 filter.namespace.clear();
                 filter.name = None;
                 let app = |k: usize| model::APPS[k % model::APPS.len()];
-                filter.requirements = vec![if i + 1 == plan.subscribers {
-                    model::Requirement::Equals("app", app(i))
-                } else {
-                    model::Requirement::In("app", vec![app(i), app(i + 1)])
+                filter.requirements = vec![match plan.subscribers - i {
+                    1 => model::Requirement::Equals("app", app(i)),
+                    2 => model::Requirement::In("app", vec![app(i), app(i + 1)]),
+                    _ => model::Requirement::Exists("app"),
                 }];
             }
             // Without bookmarks a subscriber's resume point moves only
@@ -355,6 +359,10 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         label_set_indexed: lives
             .iter()
             .filter(|l| l.filter.label_set_indexed())
+            .count(),
+        label_presence_indexed: lives
+            .iter()
+            .filter(|l| l.filter.label_presence_indexed())
             .count(),
         metadata_only: lives.iter().filter(|l| l.filter.metadata_only).count(),
         compressed: lives.iter().filter(|l| l.compressed).count(),

@@ -195,7 +195,8 @@ impl Filter {
         use Requirement::*;
         // Without a namespace or a pinned name, `app=a`, `app in (a)`,
         // `app in (a,b)` and `tier=x` are indexed by that label (woken
-        // only through it; a set under each of its values).
+        // only through it; a set under each of its values), and `app` by
+        // the label's presence.
         let choices: [Vec<Requirement>; 11] = [
             vec![],
             vec![Equals("app", app)],
@@ -226,11 +227,24 @@ impl Filter {
 
     /// Whether kube-fanout indexes a subscriber with this filter by a
     /// label: it pins no namespace and no name (those come first) and
-    /// pins a label to one value or a set of values.
+    /// pins a label to one value or a set of values, or requires one to
+    /// exist.
     pub fn label_indexed(&self) -> bool {
         self.namespace.is_empty()
             && !matches!(self.name, Some(NameTerm::Equals(_)))
-            && self
+            && self.requirements.iter().any(|r| {
+                matches!(
+                    r,
+                    Requirement::Equals(..) | Requirement::In(..) | Requirement::Exists(_)
+                )
+            })
+    }
+
+    /// Whether that label index registers it under a label's presence: it
+    /// pins no label's value (a value comes first).
+    pub fn label_presence_indexed(&self) -> bool {
+        self.label_indexed()
+            && !self
                 .requirements
                 .iter()
                 .any(|r| matches!(r, Requirement::Equals(..) | Requirement::In(..)))
@@ -241,6 +255,10 @@ impl Filter {
     /// the fewest values).
     pub fn label_set_indexed(&self) -> bool {
         self.label_indexed()
+            && self
+                .requirements
+                .iter()
+                .any(|r| matches!(r, Requirement::In(..)))
             && self.requirements.iter().all(|r| match r {
                 Requirement::Equals(..) => false,
                 Requirement::In(_, values) => values.len() > 1,
@@ -400,5 +418,45 @@ mod tests {
             filter(vec![In("app", vec!["b", "c"]), NotExists("tier")]).label_selector(),
             "app in (b,c),!tier"
         );
+    }
+
+    /// The report's index counts follow the server's choice: a value
+    /// before a presence, a namespace or a pinned name before any label.
+    #[test]
+    fn which_label_index_a_filter_is_counted_under() {
+        use Requirement::*;
+        let filter = |requirements| Filter {
+            requirements,
+            ..Filter::default()
+        };
+        let counted = |f: Filter| {
+            [
+                f.label_indexed(),
+                f.label_set_indexed(),
+                f.label_presence_indexed(),
+            ]
+        };
+        assert_eq!(
+            counted(filter(vec![Equals("app", "a")])),
+            [true, false, false]
+        );
+        assert_eq!(
+            counted(filter(vec![In("app", vec!["a", "b"])])),
+            [true, true, false]
+        );
+        assert_eq!(counted(filter(vec![Exists("app")])), [true, false, true]);
+        assert_eq!(
+            counted(filter(vec![Exists("app"), Equals("tier", "x")])),
+            [true, false, false]
+        );
+        assert_eq!(
+            counted(filter(vec![NotExists("app")])),
+            [false, false, false]
+        );
+        let scoped = Filter {
+            namespace: "n".into(),
+            ..filter(vec![Exists("app")])
+        };
+        assert_eq!(counted(scoped), [false, false, false]);
     }
 }
