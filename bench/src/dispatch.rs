@@ -5,10 +5,10 @@
 //! In process, without the network: kube-fanout's `FanoutService` over a
 //! `Store`, N Watch streams drained by tasks on a two-thread runtime (what
 //! the server does per subscriber, less the HTTP/2 write), a writer thread
-//! feeding `Store::apply` at a fixed rate. Subscriber i sees the objects
-//! of namespace `ns-i`, which carry the labels `sub=i` and `sub-i` (empty
-//! value), and the feed cycles through the namespaces. Four ways of asking
-//! for the same deliveries:
+//! feeding `Store::apply` at a fixed rate. Subscriber i sees the pods of
+//! namespace `ns-i`, which carry the labels `sub=i` and `sub-i` (empty
+//! value) and the scheduler name `sched-i`, and the feed cycles through
+//! the namespaces. Five ways of asking for the same deliveries:
 //!
 //! - `namespace`: the namespace (`namespace: ns-i`), which dispatch
 //!   indexes, so an event wakes only its subscriber;
@@ -17,9 +17,12 @@
 //! - `label-set`: the label selector `sub in (i,none)`, which dispatch
 //!   indexes under each of the two values (no object has `none`), the
 //!   same;
-//! - `unindexed`: the label selector `sub-i` (the label exists), which
-//!   pins no value, so every event wakes every subscriber, which filters
-//!   it out (the path every subscriber took before dispatch by index).
+//! - `label-presence`: the label selector `sub-i` (the label exists),
+//!   which dispatch indexes by the label's presence, the same;
+//! - `unindexed`: the field selector `spec.schedulerName=sched-i`, a
+//!   field dispatch indexes only when `--index-field` names it, so every
+//!   event wakes every subscriber, which filters it out (the path every
+//!   subscriber took before dispatch by index).
 //!
 //! The figure is this process's CPU time (all threads) over the feed, until
 //! every delivery arrived, divided by the events fed.
@@ -36,16 +39,18 @@ use anyhow::bail;
 use futures::StreamExt;
 use kube_fanout::{
     cache::{Cache, Served},
+    fields::SelectableFields,
     object::ResourceVersion,
+    resource::ResourceType,
     service::FanoutService,
     store::{EventKind, Store},
     subscription::Limits,
 };
-use kube_fanout_proto::v1::{WatchRequest, kube_fanout_server::KubeFanout};
+use kube_fanout_proto::v1::{ResourceRef, WatchRequest, kube_fanout_server::KubeFanout};
 use tokio_util::sync::CancellationToken;
 use tonic::Request;
 
-use super::{HISTORY, configmaps, configmaps_ref, cpu_ns, parse};
+use super::{HISTORY, cpu_ns, parse_as};
 
 #[derive(clap::Args, Clone)]
 pub struct DispatchArgs {
@@ -69,14 +74,16 @@ enum Scope {
     Namespace,
     Label,
     LabelSet,
+    LabelPresence,
     Unindexed,
 }
 
 impl Scope {
-    const ALL: [Scope; 4] = [
+    const ALL: [Scope; 5] = [
         Scope::Namespace,
         Scope::Label,
         Scope::LabelSet,
+        Scope::LabelPresence,
         Scope::Unindexed,
     ];
 }
@@ -124,7 +131,7 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
 }
 
 async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Figures> {
-    let store = Arc::new(Store::new(configmaps(), HISTORY));
+    let store = Arc::new(Store::new(pods(), HISTORY));
     store.replace(Vec::new(), ResourceVersion(1));
     let mut cache = Cache::default();
     cache.insert(Served::new(store.clone(), Arc::default()));
@@ -133,16 +140,26 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     let delivered = Arc::new(AtomicU64::new(0));
     let mut drains = Vec::with_capacity(n);
     for i in 0..n {
-        let (namespace, label_selector) = match scope {
-            Scope::Namespace => (format!("ns-{i}"), String::new()),
-            Scope::Label => (String::new(), format!("sub={i}")),
-            Scope::LabelSet => (String::new(), format!("sub in ({i},none)")),
-            Scope::Unindexed => (String::new(), format!("sub-{i}")),
+        let (namespace, label_selector, field_selector) = match scope {
+            Scope::Namespace => (format!("ns-{i}"), String::new(), String::new()),
+            Scope::Label => (String::new(), format!("sub={i}"), String::new()),
+            Scope::LabelSet => (String::new(), format!("sub in ({i},none)"), String::new()),
+            Scope::LabelPresence => (String::new(), format!("sub-{i}"), String::new()),
+            Scope::Unindexed => (
+                String::new(),
+                String::new(),
+                format!("spec.schedulerName=sched-{i}"),
+            ),
         };
         let request = Request::new(WatchRequest {
-            resource: Some(configmaps_ref()),
+            resource: Some(ResourceRef {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "pods".into(),
+            }),
             namespace,
             label_selector,
+            field_selector,
             resource_version: "1".into(),
             ..Default::default()
         });
@@ -166,13 +183,14 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     let cpu = cpu_ns()?;
     let writer = {
         let (store, events, rate, size) = (store.clone(), args.events, args.rate, args.size);
+        let pods = pods();
         std::thread::spawn(move || -> anyhow::Result<()> {
             let start = Instant::now();
             for j in 0..events {
                 let due = start + Duration::from_secs_f64(j as f64 / rate);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
                 let json = object_json(j % n as u64, j, 2 + j, size);
-                store.apply(EventKind::Added, parse(&json)?);
+                store.apply(EventKind::Added, parse_as(&json, &pods)?);
             }
             Ok(())
         })
@@ -208,14 +226,27 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     })
 }
 
-/// A ConfigMap of about `size` bytes of JSON in namespace `ns-{sub}`,
-/// labelled `sub={sub}` and `sub-{sub}=""`.
+fn pods() -> ResourceType {
+    ResourceType {
+        gvr: "v1/pods".parse().expect("a valid resource"),
+        kind: "Pod".into(),
+        namespaced: true,
+        fields: SelectableFields::builtin("v1", "Pod").expect("pods have selectable fields"),
+    }
+}
+
+/// A pod of about `size` bytes of JSON in namespace `ns-{sub}`, labelled
+/// `sub={sub}` and `sub-{sub}=""`, for scheduler `sched-{sub}` (padded
+/// with an annotation).
 fn object_json(sub: u64, name: u64, rv: u64, size: usize) -> String {
     let mut json = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{name}","namespace":"ns-{sub}","resourceVersion":"{rv}","labels":{{"sub":"{sub}","sub-{sub}":""}}}},"data":{{"pad":""#
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"pod-{name}","namespace":"ns-{sub}","resourceVersion":"{rv}","labels":{{"sub":"{sub}","sub-{sub}":""}},"annotations":{{"pad":""#
     );
-    let pad = size.saturating_sub(json.len() + 3);
+    let spec = format!(
+        r#""}}}},"spec":{{"schedulerName":"sched-{sub}","containers":[{{"name":"c","image":"i"}}]}}}}"#
+    );
+    let pad = size.saturating_sub(json.len() + spec.len());
     json.extend(std::iter::repeat_n('x', pad));
-    json.push_str(r#""}}"#);
+    json.push_str(&spec);
     json
 }

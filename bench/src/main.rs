@@ -538,14 +538,19 @@ fn configmaps_ref() -> ResourceRef {
 }
 
 fn parse(json: &str) -> anyhow::Result<Object> {
+    parse_as(json, &configmaps())
+}
+
+/// An object of `resource`, a core (`v1`) type, from its JSON.
+fn parse_as(json: &str, resource: &ResourceType) -> anyhow::Result<Object> {
     let meta = TypeMeta {
         api_version: "v1".into(),
-        kind: "ConfigMap".into(),
+        kind: resource.kind.clone(),
     };
     Ok(Object::from_json(
         json,
         &meta,
-        &SelectableFields::default(),
+        &resource.fields,
         Transform::default(),
     )?)
 }
