@@ -546,7 +546,7 @@ mod tests {
         projection::Projection,
         store::{
             EventKind, HistoryLimits, Store,
-            tests::{configmaps, object_in},
+            tests::{configmaps, empty_store, object_in},
         },
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
@@ -586,8 +586,7 @@ mod tests {
     async fn a_subscriber_is_not_woken_by_other_namespaces_yet_gets_its_own_events_in_order() {
         // A ring of 100: a subscriber whose cursor stayed behind while
         // 10,000 events passed would have fallen off it.
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut stream = stream_of(
             &store,
             spec("a", Start::At(ResourceVersion(1)), true),
@@ -682,8 +681,7 @@ mod tests {
     /// of the index.
     #[tokio::test(start_paused = true)]
     async fn a_label_pinned_subscriber_is_woken_only_by_its_labels_events() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut streams: Vec<_> = ["app=mine", "app in (mine)"]
             .map(|selector| stream_of(&store, label_watch(selector), Limits::default()))
             .into();
@@ -760,8 +758,7 @@ mod tests {
     /// labels the one with fewer values is used.
     #[tokio::test(start_paused = true)]
     async fn a_label_set_subscriber_is_woken_by_each_of_its_values_only() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut stream = stream_of(
             &store,
             label_watch("tier in (x,y,z),app in (b,a,a)"),
@@ -806,8 +803,7 @@ mod tests {
     /// requires no label, so it stays unindexed.
     #[tokio::test(start_paused = true)]
     async fn a_label_presence_subscriber_is_woken_only_by_objects_with_the_label() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut stream = stream_of(&store, label_watch("app,!tier"), Limits::default());
         let mut others = ["app,tier=x", "!tier"]
             .map(|selector| stream_of(&store, label_watch(selector), Limits::default()));

@@ -1045,6 +1045,14 @@ pub(crate) mod tests {
         }
     }
 
+    /// An empty ConfigMap store at RV 1 keeping 100 events, as most
+    /// subscription tests start.
+    pub(crate) fn empty_store() -> Arc<Store> {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(Vec::new(), ResourceVersion(1));
+        store
+    }
+
     pub(crate) fn object(name: &str, rv: u64, labels: &str) -> Object {
         object_in("ns", name, rv, labels)
     }

@@ -801,7 +801,7 @@ pub(crate) mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::store::tests::{configmaps, object};
+    use crate::store::tests::{configmaps, empty_store, object};
 
     fn spec(label_selector: &str, start: Start, send_initial_events: bool) -> WatchSpec {
         WatchSpec {
@@ -915,8 +915,7 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn resuming_delivers_exactly_the_changes_after_the_rv() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         for rv in 2..=6 {
             store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
         }
@@ -960,8 +959,7 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quiet_filtered_subscriber_gets_progress_bookmarks_that_keep_its_rv_fresh() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut stream = Box::pin(watch(
             store.clone(),
             spec("app=mine", Start::At(ResourceVersion(1)), false),
@@ -998,8 +996,7 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_subscriber_too_many_bytes_behind_is_cut_off_with_its_resume_point() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let size = object("o2", 2, "{}").json.len() as u64;
         let limits = Limits {
             max_lag_bytes: 3 * size,
@@ -1282,8 +1279,7 @@ pub(crate) mod tests {
     /// still has to receive since its stream started counts.
     #[tokio::test(start_paused = true)]
     async fn a_resume_always_makes_progress_and_a_cut_off_names_how_far_it_got() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         for rv in 2..=8 {
             store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
         }
@@ -1351,8 +1347,7 @@ pub(crate) mod tests {
     /// its progress bookmark at 90 s, not at 60 s.
     #[tokio::test(start_paused = true)]
     async fn the_progress_interval_counts_from_the_last_delivery() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mut stream = stream_of(
             &store,
             spec("app=mine", Start::At(ResourceVersion(1)), false),
@@ -1386,8 +1381,7 @@ pub(crate) mod tests {
     /// read since the last resume point, and none at all with bookmarks off.
     #[tokio::test(start_paused = true)]
     async fn no_progress_bookmark_without_news_or_with_bookmarks_off() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         store.apply(EventKind::Added, object("theirs", 2, r#"{"app":"theirs"}"#));
         let hidden = |start| spec("app=mine", Start::At(ResourceVersion(start)), false);
         let long = 3 * Limits::default().progress_interval;
@@ -1514,8 +1508,7 @@ pub(crate) mod tests {
     /// the metadata subscriber only when it owes a fourth.
     #[tokio::test(start_paused = true)]
     async fn a_metadata_subscriber_is_held_to_the_bytes_it_receives() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let big = |rv: u64| {
             let raw = format!(
                 r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"o{rv}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"d":"{}"}}}}"#,
@@ -1581,8 +1574,7 @@ pub(crate) mod tests {
     /// next one.
     #[tokio::test(start_paused = true)]
     async fn the_byte_after_the_counted_room_is_counted() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mine = object("o7", 7, r#"{"app":"mine"}"#);
         let limits = Limits {
             max_lag_bytes: mine.json.len() as u64 - 1,
@@ -1619,8 +1611,7 @@ pub(crate) mod tests {
     /// soon as it owes more, in events or in bytes.
     #[tokio::test(start_paused = true)]
     async fn an_exact_lag_count_is_repeated_once_the_head_uses_up_its_room() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
+        let store = empty_store();
         let mine = |rv: u64| object(&format!("o{rv}"), rv, r#"{"app":"mine"}"#);
         // The bytes of one of o7..o9; o10 and later are one byte longer.
         let size = mine(7).json.len() as u64;
