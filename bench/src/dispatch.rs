@@ -47,7 +47,6 @@ use kube_fanout::{
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{ResourceRef, WatchRequest, kube_fanout_server::KubeFanout};
-use tokio_util::sync::CancellationToken;
 use tonic::Request;
 
 use super::{HISTORY, cpu_ns, parse_as};
@@ -135,8 +134,7 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     store.replace(Vec::new(), ResourceVersion(1));
     let mut cache = Cache::default();
     cache.insert(Served::new(store.clone(), Arc::default()));
-    let stop = CancellationToken::new();
-    let service = FanoutService::new(Arc::new(cache), Limits::default(), stop.clone());
+    let service = FanoutService::new(Arc::new(cache), Limits::default());
     let delivered = Arc::new(AtomicU64::new(0));
     let mut drains = Vec::with_capacity(n);
     for i in 0..n {
@@ -209,7 +207,7 @@ async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Fig
     writer.join().expect("the writer does not panic")?;
     let cpu = Duration::from_nanos(cpu_ns()? - cpu);
     let wakeups = store.dispatch().status().wakeups - wakeups;
-    stop.cancel();
+    store.close_subscribers();
     for drain in drains {
         drain.await?;
     }

@@ -72,7 +72,6 @@ use tokio::{
     task::JoinHandle,
 };
 use tokio_stream::wrappers::{BroadcastStream, errors::BroadcastStreamRecvError};
-use tokio_util::sync::CancellationToken;
 use tonic::{
     Request, Response, Status,
     body::Body,
@@ -217,7 +216,7 @@ fn fanout_service() -> (Arc<Store>, FanoutService) {
     store.replace(Vec::new(), ResourceVersion(1));
     let mut cache = Cache::default();
     cache.insert(Served::new(store.clone(), Arc::default()));
-    let service = FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new());
+    let service = FanoutService::new(Arc::new(cache), Limits::default());
     (store, service)
 }
 

@@ -112,6 +112,13 @@ impl Cache {
         self.served.values()
     }
 
+    /// Ends every open and future watch of every served type with
+    /// `ShuttingDown` (see [`Store::close_subscribers`]).
+    pub fn close_subscribers(&self) {
+        self.iter()
+            .for_each(|served| served.store.close_subscribers());
+    }
+
     /// Whether every store has finished its first list.
     pub fn all_synced(&self) -> bool {
         self.served.values().all(|s| s.store.head().synced)

@@ -463,6 +463,12 @@ impl Dispatch {
         }
     }
 
+    /// Wakes every registered subscriber without marking anything: the
+    /// store is closing (see `Store::close_subscribers`).
+    pub(crate) fn wake_all(&self) {
+        self.index.read().all().for_each(|m| m.wake.notify_one());
+    }
+
     /// Counts a live subscriber's wake-up.
     pub(crate) fn woken(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
@@ -536,7 +542,6 @@ mod tests {
     use std::{sync::atomic::Ordering::Relaxed, time::Duration};
 
     use futures::{Stream, StreamExt};
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::{
@@ -1123,7 +1128,6 @@ mod tests {
                     progress_interval: Duration::from_millis(1),
                     ..Limits::default()
                 },
-                CancellationToken::new(),
             ));
             let end = end.clone();
             subscribers.push(tokio::spawn(async move {

@@ -288,7 +288,7 @@ pub async fn start(
         .as_ref()
         .map(tls::acceptor)
         .transpose()?;
-    let service = FanoutService::new(cache.clone(), options.limits, cancel.clone())
+    let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
         .with_limiter(Limiter::new(options.security.caller_limits));
     let router = tonic::transport::Server::builder()
@@ -297,6 +297,19 @@ pub async fn start(
         .add_service(reflection)
         .add_service(reflection_alpha)
         .add_service(compressed(KubeFanoutServer::new(service)));
+    // Open watches end at once (with ShuttingDown) so that the graceful
+    // shutdown is not held up by them. A task of its own: tonic does not
+    // wait on its shutdown signal once the listener's stream has ended,
+    // which the same cancellation ends.
+    let (shutdown, closing) = (cancel.clone(), cache.clone());
+    tasks.spawn(
+        async move {
+            shutdown.cancelled().await;
+            closing.close_subscribers();
+            Ok(())
+        }
+        .instrument(info_span!("close-watches")),
+    );
     let shutdown = cancel.clone();
     tasks.spawn(
         async move {

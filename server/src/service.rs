@@ -9,7 +9,6 @@ use kube_fanout_proto::v1::{
     ListResponse, WatchRequest, kube_fanout_server::KubeFanout,
 };
 use kube_fanout_proto::wire::EncodedWatchEvent;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::{
@@ -32,7 +31,6 @@ use crate::{
 pub struct FanoutService {
     cache: Arc<Cache>,
     limits: Limits,
-    shutdown: CancellationToken,
     encoder: Arc<WatchEncoder>,
     access: Access,
     limiter: Arc<Limiter>,
@@ -40,12 +38,11 @@ pub struct FanoutService {
 
 impl FanoutService {
     /// Serves `cache` with the given watch limits; open watches end when
-    /// `shutdown` fires.
-    pub fn new(cache: Arc<Cache>, limits: Limits, shutdown: CancellationToken) -> Self {
+    /// the cache's subscribers are closed ([`Cache::close_subscribers`]).
+    pub fn new(cache: Arc<Cache>, limits: Limits) -> Self {
         FanoutService {
             cache,
             limits,
-            shutdown,
             encoder: Arc::default(),
             access: Access::open(),
             limiter: Arc::default(),
@@ -136,7 +133,6 @@ impl FanoutService {
             served.store.clone(),
             spec,
             self.limits,
-            self.shutdown.clone(),
             snapshot.map(|permit| Box::new(permit) as SnapshotHold),
         );
         // A plain map, not another stream state machine or a span entered
@@ -349,7 +345,7 @@ mod tests {
     fn service(store: Arc<Store>) -> FanoutService {
         let mut cache = Cache::default();
         cache.insert(Served::new(store, Arc::default()));
-        FanoutService::new(Arc::new(cache), Limits::default(), CancellationToken::new())
+        FanoutService::new(Arc::new(cache), Limits::default())
     }
 
     fn request(label_selector: &str, resource_version: &str, initial: bool) -> WatchRequest {

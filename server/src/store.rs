@@ -74,7 +74,10 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    sync::{Arc, Weak},
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -323,6 +326,8 @@ pub struct Store {
     shared: Mutex<Option<SharedSnapshot>>,
     head: watch::Sender<Head>,
     dispatch: Arc<Dispatch>,
+    /// Set once, when the server stops (see [`Store::close_subscribers`]).
+    closing: AtomicBool,
     limits: HistoryLimits,
     /// Ring reads, so tests prove a subscriber did not read.
     #[cfg(test)]
@@ -468,6 +473,7 @@ impl Store {
             shared: Mutex::default(),
             head: watch::Sender::new(Head::default()),
             dispatch: Arc::new(Dispatch::new(fields)),
+            closing: AtomicBool::new(false),
             limits,
             resource,
             #[cfg(test)]
@@ -798,6 +804,28 @@ impl Store {
     /// A receiver that sees every move of the head.
     pub fn subscribe(&self) -> watch::Receiver<Head> {
         self.head.subscribe()
+    }
+
+    /// Ends every subscription of this store, open or yet to open, with
+    /// `ShuttingDown` at its next step: the server is stopping.
+    ///
+    /// A subscription checks [`Store::is_closing`] before it handles or
+    /// waits for anything, and waits on the head (unindexed) or on its
+    /// mark's wake-up (indexed). The flag is set before both are woken (a
+    /// change of the head's version; every registered mark's waker), so one
+    /// that checked it before cannot sleep through it; one registering
+    /// after the wake-ups checks it after registering. This replaces a
+    /// cancellation future per subscription: checking that took a mutex
+    /// shared by every subscriber on each delivery.
+    pub fn close_subscribers(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.head.send_modify(|_| {});
+        self.dispatch.wake_all();
+    }
+
+    /// Whether [`Store::close_subscribers`] was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// Where the store is now.

@@ -30,7 +30,6 @@ use tokio::{
     sync::watch,
     time::{Instant, Sleep},
 };
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::{
     dispatch::Interest,
@@ -186,15 +185,15 @@ impl WatchError {
 }
 
 /// The stream a subscriber receives (see the module docs). It ends with
-/// [`WatchError::ShuttingDown`] once `stop` fires, so that a server's
-/// graceful shutdown is not held up by watches that never end.
+/// [`WatchError::ShuttingDown`] once the store's subscribers are closed
+/// ([`Store::close_subscribers`]), so that a server's graceful shutdown is
+/// not held up by watches that never end.
 pub fn watch(
     store: Arc<Store>,
     spec: WatchSpec,
     limits: Limits,
-    stop: CancellationToken,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    watch_holding(store, spec, limits, stop, None)
+    watch_holding(store, spec, limits, None)
 }
 
 /// [`watch`], keeping `hold` (say a per-caller snapshot permit) until the
@@ -203,10 +202,9 @@ pub fn watch_holding(
     store: Arc<Store>,
     spec: WatchSpec,
     limits: Limits,
-    stop: CancellationToken,
     hold: Option<SnapshotHold>,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    let mut subscription = Subscription::new(store, spec, limits, stop);
+    let mut subscription = Subscription::new(store, spec, limits);
     subscription.snapshot_hold = hold;
     futures::stream::unfold(subscription, |mut subscription| async move {
         let item = subscription.next().await?;
@@ -220,10 +218,6 @@ pub struct Subscription {
     spec: WatchSpec,
     limits: Limits,
     head: watch::Receiver<Head>,
-    // Pinned once: a subscriber wakes for every event, and creating a
-    // timer or a cancellation future per wake-up showed in profiles.
-    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
-    stop: CancellationToken,
     state: State,
     /// Kept while the snapshot is being sent (see [`watch_holding`]).
     snapshot_hold: Option<SnapshotHold>,
@@ -302,29 +296,21 @@ struct LagBound {
 enum Wake {
     /// The store's head moved, or the store is gone.
     Changed { store_gone: bool },
-    /// An event concerning this indexed subscriber was appended.
+    /// An event concerning this indexed subscriber was appended, or the
+    /// store is closing.
     Marked,
-    /// The server is shutting down.
-    Stop,
     /// The progress-bookmark timer fired (perhaps early; see its re-arming).
     Progress,
 }
 
 impl Subscription {
     /// A subscription to `store` as `spec` asks, not yet started.
-    pub fn new(
-        store: Arc<Store>,
-        spec: WatchSpec,
-        limits: Limits,
-        stop: CancellationToken,
-    ) -> Self {
+    pub fn new(store: Arc<Store>, spec: WatchSpec, limits: Limits) -> Self {
         Subscription {
             head: store.subscribe(),
             store,
             spec,
             limits,
-            cancelled: Box::pin(stop.clone().cancelled_owned()),
-            stop,
             state: State::Starting,
             snapshot_hold: None,
         }
@@ -384,16 +370,7 @@ impl Subscription {
                 }
                 State::Live(live) => {
                     return Some(
-                        follow(
-                            live,
-                            &self.store,
-                            &self.spec,
-                            &self.limits,
-                            &mut self.head,
-                            self.cancelled.as_mut(),
-                            &self.stop,
-                        )
-                        .await,
+                        follow(live, &self.store, &self.spec, &self.limits, &mut self.head).await,
                     );
                 }
             }
@@ -406,11 +383,12 @@ impl Subscription {
         let shutting_down = WatchError::ShuttingDown {
             resume_from: ResourceVersion::default(),
         };
-        tokio::select! {
-            synced = wait_for(&mut self.head, |h| h.synced, None) => {
-                synced.map_err(|_| WatchError::from(ReadError::NotSynced))?;
-            }
-            () = self.cancelled.as_mut() => return Err(shutting_down),
+        let store = &self.store;
+        wait_for(&mut self.head, |h| h.synced || store.is_closing(), None)
+            .await
+            .map_err(|_| WatchError::from(ReadError::NotSynced))?;
+        if store.is_closing() {
+            return Err(shutting_down);
         }
         // A resume point or minimum freshness the store has not reached
         // yet: wait for it, bounded.
@@ -486,21 +464,21 @@ impl Subscription {
 }
 
 /// The next live delivery: handles pending ring events, reads more, or
-/// waits for the store to move, the progress timer, or the stop signal.
+/// waits for the store to move or close, or the progress timer.
 async fn follow(
     live: &mut Live,
     store: &Store,
     spec: &WatchSpec,
     limits: &Limits,
     head: &mut watch::Receiver<Head>,
-    mut cancelled: Pin<&mut WaitForCancellationFutureOwned>,
-    stop: &CancellationToken,
 ) -> Result<Delivery, WatchError> {
     loop {
         let shutting_down = WatchError::ShuttingDown {
             resume_from: live.resume_from,
         };
-        if stop.is_cancelled() {
+        // An atomic load of a flag written once: no lock shared with the
+        // other subscribers (see `Store::close_subscribers`).
+        if store.is_closing() {
             return Err(shutting_down);
         }
         while let Some(event) = live.pending.pop_front() {
@@ -554,12 +532,11 @@ async fn follow(
         let wake = tokio::select! {
             changed = head.changed(), if !indexed => Wake::Changed { store_gone: changed.is_err() },
             () = live.interest.marked() => Wake::Marked,
-            () = cancelled.as_mut() => Wake::Stop,
             () = live.progress.as_mut() => Wake::Progress,
         };
         match wake {
             // A store gone away goes with the server: a shutdown too.
-            Wake::Changed { store_gone: true } | Wake::Stop => return Err(shutting_down),
+            Wake::Changed { store_gone: true } => return Err(shutting_down),
             Wake::Changed { store_gone: false } | Wake::Marked => store.dispatch().woken(),
             Wake::Progress => {
                 let due = live.last_sent + limits.progress_interval;
@@ -840,7 +817,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("app=x", Start::Latest, true),
             Limits::default(),
-            CancellationToken::new(),
         ));
         assert_eq!(
             ready(&mut stream).await,
@@ -875,7 +851,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("app=x", Start::At(ResourceVersion(1)), false),
             Limits::default(),
-            CancellationToken::new(),
         ));
         store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
         let left = stream.next().await.unwrap().unwrap();
@@ -899,7 +874,6 @@ pub(crate) mod tests {
             store,
             spec("", Start::Latest, true),
             Limits::default(),
-            CancellationToken::new(),
         ));
         stream.next().await.unwrap().unwrap();
         let end = stream.next().await.unwrap().unwrap();
@@ -923,7 +897,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("", Start::At(ResourceVersion(4)), false),
             Limits::default(),
-            CancellationToken::new(),
         ));
         assert_eq!(
             ready(&mut stream).await,
@@ -942,7 +915,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("", Start::At(ResourceVersion(1)), false),
             Limits::default(),
-            CancellationToken::new(),
         ));
         store.apply(EventKind::Added, object("o2", 2, "{}"));
         assert_eq!(ready(&mut stream).await, [Ok((EventKind::Added, 2))]);
@@ -964,7 +936,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("app=mine", Start::At(ResourceVersion(1)), false),
             Limits::default(),
-            CancellationToken::new(),
         ));
         let next = tokio::spawn(async move {
             let started = tokio::time::Instant::now();
@@ -1006,7 +977,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("", Start::At(ResourceVersion(1)), false),
             limits,
-            CancellationToken::new(),
         ));
         for rv in 2..=4 {
             store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
@@ -1035,7 +1005,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("", Start::At(ResourceVersion(7)), true),
             Limits::default(),
-            CancellationToken::new(),
         ));
         let started = tokio::time::Instant::now();
         let outcome = stream.next().await.unwrap();
@@ -1053,7 +1022,6 @@ pub(crate) mod tests {
             store.clone(),
             spec("", Start::At(ResourceVersion(7)), true),
             Limits::default(),
-            CancellationToken::new(),
         ));
         let waiting = tokio::spawn(async move { stream.next().await });
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1065,26 +1033,50 @@ pub(crate) mod tests {
         );
     }
 
+    /// Closing the store's subscribers ends every watch at once, not at its
+    /// next progress tick: one following the head, one waiting on its
+    /// index mark, one still waiting for the store's first sync, and one
+    /// opened afterwards.
     #[tokio::test(start_paused = true)]
     async fn watches_end_when_the_server_stops() {
         let store = Arc::new(Store::new(configmaps(), 4));
         store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
-        let stop = CancellationToken::new();
-        let mut stream = Box::pin(watch(
-            store,
-            spec("", Start::Latest, true),
+        let unsynced = Arc::new(Store::new(configmaps(), 4));
+        let latest = || spec("", Start::Latest, true);
+        let mut unindexed = stream_of(&store, latest(), Limits::default());
+        let mut indexed = stream_of(
+            &store,
+            WatchSpec {
+                filter: Filter::new("ns", "", "", &crate::fields::SelectableFields::default())
+                    .unwrap(),
+                ..latest()
+            },
             Limits::default(),
-            stop.clone(),
-        ));
-        assert_eq!(ready(&mut stream).await.len(), 2);
-        stop.cancel();
-        assert_eq!(
-            stream.next().await,
-            Some(Err(WatchError::ShuttingDown {
-                resume_from: ResourceVersion(3)
-            }))
         );
-        assert_eq!(stream.next().await, None);
+        let mut starting = stream_of(&unsynced, latest(), Limits::default());
+        assert_eq!(ready(&mut unindexed).await.len(), 2);
+        assert_eq!(ready(&mut indexed).await.len(), 2);
+        assert!(ready(&mut starting).await.is_empty());
+        let status = store.dispatch().status();
+        assert_eq!((status.indexed, status.unindexed), (1, 1));
+        store.close_subscribers();
+        unsynced.close_subscribers();
+        let shutting_down = |rv| {
+            Some(Err(WatchError::ShuttingDown {
+                resume_from: ResourceVersion(rv),
+            }))
+        };
+        // Far less than the progress interval: woken, not ticked.
+        let soon = Duration::from_millis(1);
+        for stream in [&mut unindexed, &mut indexed] {
+            let next = tokio::time::timeout(soon, stream.next()).await;
+            assert_eq!(next.expect("woken at once"), shutting_down(3));
+            assert_eq!(stream.next().await, None);
+        }
+        let next = tokio::time::timeout(soon, starting.next()).await;
+        assert_eq!(next.expect("woken at once"), shutting_down(0));
+        let mut later = stream_of(&store, latest(), Limits::default());
+        assert_eq!(later.next().await, shutting_down(0));
     }
 
     /// (kind, RV, resync, name) of what a stream has ready.
@@ -1109,7 +1101,7 @@ pub(crate) mod tests {
         spec: WatchSpec,
         limits: Limits,
     ) -> std::pin::Pin<Box<impl Stream<Item = Result<Delivery, WatchError>>>> {
-        Box::pin(watch(store.clone(), spec, limits, CancellationToken::new()))
+        Box::pin(watch(store.clone(), spec, limits))
     }
 
     /// Finding 1 of issue 8: a re-sync was published as ordinary events at
@@ -1183,33 +1175,37 @@ pub(crate) mod tests {
     }
 
     /// An error in the middle of a unit names the point before it, and a
-    /// resume from there gets the unit again, whole.
+    /// resume from there (on another replica with the same history, as
+    /// this one is stopping) gets the unit again, whole.
     #[tokio::test(start_paused = true)]
     async fn a_subscriber_stopped_inside_a_unit_resumes_before_it() {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(vec![object("a", 1, "{}")], ResourceVersion(4));
-        store.replace(
-            vec![object("b", 5, "{}"), object("c", 6, "{}")],
-            ResourceVersion(8),
-        );
-        let stop = CancellationToken::new();
-        let mut stream = Box::pin(watch(
-            store.clone(),
+        let replica = || {
+            let store = Arc::new(Store::new(configmaps(), 100));
+            store.replace(vec![object("a", 1, "{}")], ResourceVersion(4));
+            store.replace(
+                vec![object("b", 5, "{}"), object("c", 6, "{}")],
+                ResourceVersion(8),
+            );
+            store
+        };
+        let store = replica();
+        let mut stream = stream_of(
+            &store,
             spec("", Start::At(ResourceVersion(4)), false),
             Limits::default(),
-            stop.clone(),
-        ));
+        );
         let first = stream.next().await.unwrap().unwrap();
         assert_eq!((first.kind, first.resync), (EventKind::Deleted, true));
-        stop.cancel();
+        store.close_subscribers();
         assert_eq!(
             stream.next().await,
             Some(Err(WatchError::ShuttingDown {
                 resume_from: ResourceVersion(4)
             }))
         );
+        let other = replica();
         let mut again = stream_of(
-            &store,
+            &other,
             spec("", Start::At(ResourceVersion(4)), false),
             Limits::default(),
         );
