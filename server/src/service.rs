@@ -363,6 +363,23 @@ mod tests {
         }
     }
 
+    /// What the server does when it stops: every open watch of every
+    /// served type ends with UNAVAILABLE, and so does one opened after.
+    #[tokio::test(start_paused = true)]
+    async fn closing_the_cache_ends_every_watch_with_unavailable() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let service = service(store.clone());
+        let mut open = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
+        service.cache.close_subscribers();
+        let ended = open.next().await.unwrap().map(|_| ()).unwrap_err();
+        assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+        assert!(open.next().await.is_none());
+        let mut later = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
+        let ended = later.next().await.unwrap().map(|_| ()).unwrap_err();
+        assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+    }
+
     #[tokio::test]
     async fn a_live_event_is_encoded_once_for_all_its_subscribers() {
         let store = Arc::new(Store::new(configmaps(), 100));
