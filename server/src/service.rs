@@ -372,11 +372,23 @@ mod tests {
         let service = service(store.clone());
         let mut open = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
         service.cache.close_subscribers();
-        let ended = open.next().await.unwrap().map(|_| ()).unwrap_err();
+        // Far less than the progress interval: ended, not merely ticked.
+        let soon = std::time::Duration::from_millis(1);
+        let next = tokio::time::timeout(soon, open.next()).await;
+        let ended = next
+            .expect("ended at once")
+            .unwrap()
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
         assert!(open.next().await.is_none());
         let mut later = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
-        let ended = later.next().await.unwrap().map(|_| ()).unwrap_err();
+        let next = tokio::time::timeout(soon, later.next()).await;
+        let ended = next
+            .expect("ended at once")
+            .unwrap()
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
     }
 
