@@ -95,7 +95,7 @@ struct Figures {
 
 pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
     println!(
-        "dispatch: {} events at {}/s of {} B, each for one of N namespace-scoped subscribers",
+        "dispatch: {} events at {}/s of {} B, each for one of N scoped subscribers",
         args.events, args.rate, args.size
     );
     println!("| N | scope | CPU per event | wake-ups per event |");
