@@ -394,9 +394,13 @@ impl Subscription {
         // yet: wait for it, bounded.
         if let Start::At(rv) = self.spec.start {
             let timeout = Some(self.limits.freshness_timeout);
-            wait_for(&mut self.head, |h| h.resource_version >= rv, timeout)
+            let reached = |h: &Head| h.resource_version >= rv || store.is_closing();
+            wait_for(&mut self.head, reached, timeout)
                 .await
                 .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
+            if store.is_closing() {
+                return Err(shutting_down);
+            }
         }
         Ok(match self.spec.start {
             Start::At(rv)
@@ -1034,9 +1038,10 @@ pub(crate) mod tests {
     }
 
     /// Closing the store's subscribers ends every watch at once, not at its
-    /// next progress tick: one following the head, one waiting on its
-    /// index mark, one still waiting for the store's first sync, and one
-    /// opened afterwards.
+    /// next progress tick or timeout: one following the head, one waiting
+    /// on its index mark, one still waiting for the store's first sync, one
+    /// waiting for an RV the store has not reached, and one opened
+    /// afterwards.
     #[tokio::test(start_paused = true)]
     async fn watches_end_when_the_server_stops() {
         let store = Arc::new(Store::new(configmaps(), 4));
@@ -1054,6 +1059,14 @@ pub(crate) mod tests {
             Limits::default(),
         );
         let mut starting = stream_of(&unsynced, latest(), Limits::default());
+        // Waiting for an RV the store has not reached (up to the freshness
+        // timeout).
+        let mut ahead = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(9)), true),
+            Limits::default(),
+        );
+        assert!(ready(&mut ahead).await.is_empty());
         assert_eq!(ready(&mut unindexed).await.len(), 2);
         assert_eq!(ready(&mut indexed).await.len(), 2);
         assert!(ready(&mut starting).await.is_empty());
@@ -1073,8 +1086,10 @@ pub(crate) mod tests {
             assert_eq!(next.expect("woken at once"), shutting_down(3));
             assert_eq!(stream.next().await, None);
         }
-        let next = tokio::time::timeout(soon, starting.next()).await;
-        assert_eq!(next.expect("woken at once"), shutting_down(0));
+        for stream in [&mut starting, &mut ahead] {
+            let next = tokio::time::timeout(soon, stream.next()).await;
+            assert_eq!(next.expect("woken at once"), shutting_down(0));
+        }
         let mut later = stream_of(&store, latest(), Limits::default());
         assert_eq!(later.next().await, shutting_down(0));
     }
