@@ -71,9 +71,9 @@
 //! field with interests and value (the values are the selectable fields'
 //! values taken when the object entered the store), the same per label
 //! key that interests are registered under (by value or by presence), plus
-//! one atomic and one wake-up per interest it touches. Bookmarks mark every interest (one
-//! registered under several label values is tried once per value); they
-//! are rare.
+//! one atomic and one wake-up per interest it touches. Bookmarks mark
+//! every interest (one registered under several label values is tried once
+//! per value); they are rare.
 
 use std::{
     collections::HashMap,
