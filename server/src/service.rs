@@ -370,26 +370,23 @@ mod tests {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
-        let mut open = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
-        service.cache.close_subscribers();
+        let watch = || Box::pin(service.start_watch(request("", "1", false), None).unwrap());
         // Far less than the progress interval: ended, not merely ticked.
         let soon = std::time::Duration::from_millis(1);
+        let mut open = watch();
         let next = tokio::time::timeout(soon, open.next()).await;
-        let ended = next
-            .expect("ended at once")
-            .unwrap()
-            .map(|_| ())
-            .unwrap_err();
-        assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
-        assert!(open.next().await.is_none());
-        let mut later = Box::pin(service.start_watch(request("", "1", false), None).unwrap());
-        let next = tokio::time::timeout(soon, later.next()).await;
-        let ended = next
-            .expect("ended at once")
-            .unwrap()
-            .map(|_| ())
-            .unwrap_err();
-        assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+        assert!(next.is_err(), "live, with nothing to send yet");
+        service.cache.close_subscribers();
+        for mut stream in [open, watch()] {
+            let next = tokio::time::timeout(soon, stream.next()).await;
+            let ended = next
+                .expect("ended at once")
+                .unwrap()
+                .map(|_| ())
+                .unwrap_err();
+            assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+            assert!(stream.next().await.is_none());
+        }
     }
 
     #[tokio::test]
