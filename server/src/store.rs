@@ -809,14 +809,17 @@ impl Store {
     /// Ends every subscription of this store, open or yet to open, with
     /// `ShuttingDown` at its next step: the server is stopping.
     ///
-    /// A subscription checks [`Store::is_closing`] before it handles or
-    /// waits for anything, and waits on the head (unindexed) or on its
-    /// mark's wake-up (indexed). The flag is set before both are woken (a
-    /// change of the head's version; every registered mark's waker), so one
-    /// that checked it before cannot sleep through it; one registering
-    /// after the wake-ups checks it after registering. This replaces a
-    /// cancellation future per subscription: checking that took a mutex
-    /// shared by every subscriber on each delivery.
+    /// A subscription checks [`Store::is_closing`] before each delivery and
+    /// again after it reads the head (before it reads the ring or waits),
+    /// and waits on the head (unindexed) or on its mark's wake-up
+    /// (indexed). The flag is set before both are woken (a change of the
+    /// head's version, which the read after it either takes, then seeing
+    /// the flag, or leaves for the wait; every registered mark's waker,
+    /// which keeps the wake-up for a subscriber not yet waiting), so none
+    /// sleeps through it; one registering after the wake-ups checks it
+    /// after registering. This replaces a cancellation future per
+    /// subscription: checking that took a mutex shared by every subscriber
+    /// on each delivery.
     pub fn close_subscribers(&self) {
         self.closing.store(true, Ordering::Release);
         self.head.send_modify(|_| {});

@@ -480,8 +480,9 @@ async fn follow(
         let shutting_down = WatchError::ShuttingDown {
             resume_from: live.resume_from,
         };
-        // An atomic load of a flag written once: no lock shared with the
-        // other subscribers (see `Store::close_subscribers`).
+        // Before every delivery, so that events already read do not keep a
+        // closing stream going. An atomic load of a flag written once: no
+        // lock shared with the other subscribers.
         if store.is_closing() {
             return Err(shutting_down);
         }
@@ -495,6 +496,15 @@ async fn follow(
             }
         }
         let now = *head.borrow_and_update();
+        // Again after the head is read: a close's change of the head's
+        // version is either taken by that read, and then its flag (set
+        // before the change) is seen here, or still unseen by
+        // `head.changed()` below, which then wakes. With the check above
+        // alone, an unindexed subscriber could take the change without
+        // seeing the flag, and sleep until its progress tick.
+        if store.is_closing() {
+            return Err(shutting_down);
+        }
         let lagged = WatchError::Lagged {
             resume_from: live.resume_from,
         };
