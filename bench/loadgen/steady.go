@@ -144,7 +144,7 @@ type watcherState struct {
 func steady(args []string) (*steadyResult, error) {
 	fs := flag.NewFlagSet("steady", flag.ExitOnError)
 	servers := addServerFlags(fs)
-	target := fs.String("target", "fanout", "apiserver-json, apiserver-proto, fanout, floor, or none (writes only)")
+	target := fs.String("target", "fanout", "apiserver-json, apiserver-proto, fanout (grpc-go's default windows), fanout-static (fixed windows, as kube-fanout's Go client dials), floor, or none (writes only)")
 	ns := fs.String("namespace", "bench", "namespace of the written ConfigMaps")
 	objects := fs.Int("objects", 100, "ConfigMaps written in turn")
 	watchers := fs.Int("watchers", 100, "watchers, each on its own connection")
@@ -179,10 +179,11 @@ func steady(args []string) (*steadyResult, error) {
 
 	// Every watcher opens its own connection (in parallel, 32 at a time).
 	var dialer *fanoutDialer
-	if *target == "fanout" {
+	if *target == "fanout" || *target == "fanout-static" {
 		if dialer, err = newFanoutDialer(*servers.fanoutAddr, *servers.fanoutCA); err != nil {
 			return nil, err
 		}
+		dialer.staticWindow = *target == "fanout-static"
 	}
 	streams := make([]events, *watchers)
 	if *target == "none" {
@@ -207,7 +208,7 @@ func steady(args []string) (*steadyResult, error) {
 			}
 			streams[i], err = watchAPI(ctx, cs, ct, *ns, "configmaps", map[string]string{"resourceVersion": list.ResourceVersion})
 			return err
-		case "fanout":
+		case "fanout", "fanout-static":
 			streams[i], err = dialer.watch(ctx, &pb.WatchRequest{Resource: configMaps(), Namespace: *ns})
 			return err
 		case "floor":
