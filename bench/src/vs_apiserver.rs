@@ -623,8 +623,13 @@ fn idle_table(bins: &[PathBuf], runs: &[IdleRun]) -> String {
     out
 }
 
-/// A run's latency percentiles, as the tables show them.
+/// A run's latency percentiles, as the tables show them. A run that did
+/// not get every delivery has none: the load generator computes them only
+/// over a complete run.
 fn latency(r: &Value) -> String {
+    if r["error"].is_string() {
+        return "not computed (incomplete)".into();
+    }
     let ms = |key: &str, decimals| down(r[key].as_f64().unwrap_or(0.0), decimals);
     format!(
         "{} / {} / {} ms",
@@ -1021,6 +1026,14 @@ mod tests {
             "{}",
             cpu.std_error()
         );
+    }
+
+    #[test]
+    fn an_incomplete_run_shows_no_latency() {
+        let complete = json!({"p50_ms": 4.5, "p99_ms": 8.68, "max_ms": 22.6});
+        assert_eq!(latency(&complete), "4.50 / 8.68 / 22.6 ms");
+        let incomplete = json!({"error": "EOF", "p50_ms": 0, "p99_ms": 0, "max_ms": 0});
+        assert_eq!(latency(&incomplete), "not computed (incomplete)");
     }
 
     #[test]
