@@ -345,7 +345,8 @@ pub struct Store {
 /// `bytes` of objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryLimits {
-    /// At most this many events (at least 1).
+    /// At most this many events; the newest always stays, so 0 keeps one
+    /// as 1 does.
     pub events: usize,
     /// Events older than this are dropped as new ones arrive.
     pub age: Duration,
@@ -454,10 +455,6 @@ impl Store {
         limits: HistoryLimits,
         fields: Vec<IndexedField>,
     ) -> Self {
-        let limits = HistoryLimits {
-            events: limits.events.max(1),
-            ..limits
-        };
         Store {
             objects: DashMap::new(),
             ring: Mutex::new(Ring {
@@ -1670,6 +1667,22 @@ pub(crate) mod tests {
             Err(ReadError::TooLarge { .. })
         ));
         assert_eq!(store.read_after(0, 10).err(), Some(ResourceVersion(12)));
+    }
+
+    /// Eviction never takes the newest event, so a count of 0 keeps one:
+    /// a subscriber at the head can still resume from the event before it.
+    #[test]
+    fn a_history_of_no_events_still_keeps_the_newest() {
+        let store = Store::new(configmaps(), 0);
+        store.replace(Vec::new(), ResourceVersion(10));
+        for rv in 11..=13 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        assert_eq!(store.status().oldest_resumable, Some(ResourceVersion(12)));
+        let cursor = store.cursor_after(ResourceVersion(12)).unwrap();
+        let events = store.read_after(cursor, 10).unwrap();
+        let rvs: Vec<u64> = events.iter().map(|e| e.resource_version.0).collect();
+        assert_eq!(rvs, [13]);
     }
 
     /// A store whose history is bounded by age (75 s) long before count.
