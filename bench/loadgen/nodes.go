@@ -94,6 +94,8 @@ type nodesWindow struct {
 	Writes int                    `json:"writes"`
 	WallS  float64                `json:"wall_s"`
 	Procs  map[string]*procWindow `json:"procs"`
+	// Perf is each process's samples in the window, with -perf-dir.
+	Perf map[string]*perfCounts `json:"perf,omitempty"`
 }
 
 // nodes runs the node-scoped case: the watchers of every target
@@ -115,7 +117,19 @@ func nodes(args []string) (*nodesResult, error) {
 	rounds := fs.Int("rounds", 5, "rounds of an on and an off window")
 	staticWindow := fs.Bool("fanout-static-window", false, "kube-fanout's channels with fixed HTTP/2 windows, without grpc-go's BDP pings")
 	drain := fs.Duration("drain", 60*time.Second, "how long deliveries may trail a window's last write")
+	perfDir := fs.String("perf-dir", "", "record each window of the API server with `perf record -g` into this directory, and count its samples on its watch path")
+	perfFreq := fs.Int("perf-freq", 999, "perf's sampling frequency, Hz")
 	fs.Parse(args)
+	var recorder *perfRecorder
+	if *perfDir != "" {
+		// Only the API server: kube-fanout's figure is its whole CPU on − off,
+		// which sampling it would only inflate.
+		pid, ok := servers.pids["kube-apiserver"]
+		if !ok {
+			return nil, fmt.Errorf("-perf-dir needs the pid of kube-apiserver in -pids")
+		}
+		recorder = &perfRecorder{dir: *perfDir, freq: *perfFreq, pids: processes{"kube-apiserver": pid}}
+	}
 	perWindow := int(*rate * *seconds)
 	n := *watchers
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,8 +186,15 @@ func nodes(args []string) (*nodesResult, error) {
 	off := podWriter(writerClient, *ns, func(k int) int { return n + k%*spare })
 	windowStart.Store(time.Now().UnixNano())
 	var failed error
+	var recordings []*perfRun
 	for r := range *rounds {
 		for _, isOn := range [2]bool{r%2 == 0, r%2 == 1} {
+			var recording *perfRun
+			if recorder != nil {
+				if recording, err = recorder.start(len(result.Windows), isOn); err != nil {
+					return nil, err
+				}
+			}
 			procs, err := processes(servers.pids).start()
 			if err != nil {
 				return nil, err
@@ -199,13 +220,30 @@ func nodes(args []string) (*nodesResult, error) {
 			if err := processes(servers.pids).end(procs); err != nil {
 				return nil, err
 			}
-			result.Windows = append(result.Windows, &nodesWindow{On: isOn, Writes: perWindow, WallS: wall.Seconds(), Procs: procs})
+			window := &nodesWindow{On: isOn, Writes: perWindow, WallS: wall.Seconds(), Procs: procs}
+			if recording != nil {
+				recording.stop()
+				recordings = append(recordings, recording)
+			}
+			result.Windows = append(result.Windows, window)
 			if failed != nil {
 				break
 			}
 		}
 		if failed != nil {
 			break
+		}
+	}
+	// The recordings are read once every window is over, so that perf's
+	// own work does not run beside a window.
+	for i, recording := range recordings {
+		result.Windows[i].Perf = map[string]*perfCounts{}
+		for name, file := range recording.files {
+			counts, err := countPerf(file, *perfFreq)
+			if err != nil {
+				return nil, err
+			}
+			result.Windows[i].Perf[name] = counts
 		}
 	}
 	if failed == nil {

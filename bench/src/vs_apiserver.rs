@@ -93,6 +93,13 @@ pub struct Args {
     /// watch).
     #[arg(long)]
     fanout_static_window: bool,
+    /// In the nodes case, record each window of the API server with `perf
+    /// record -g` into this directory, and add its sampled CPU per
+    /// delivery, all of it and on its watch path, to the table.
+    /// Needs `KUBE_FANOUT_CONTROLPLANE_SYMBOLS=1`, so that the API server
+    /// is built with the symbol tables perf names its functions by.
+    #[arg(long)]
+    nodes_perf: Option<PathBuf>,
     /// kube-fanout binaries to measure instead of this tree's release
     /// build. With several (comma-separated), the idle case measures each
     /// in turn, side by side in one table; the other cases use the first.
@@ -506,26 +513,41 @@ impl Bench {
     async fn nodes(&self, watchers: usize, connections: usize) -> anyhow::Result<String> {
         let load_before = load_average()?;
         let static_window = self.args.fanout_static_window;
+        let mut perf = Vec::new();
+        if let Some(dir) = &self.args.nodes_perf {
+            if std::env::var("KUBE_FANOUT_CONTROLPLANE_SYMBOLS").as_deref() != Ok("1") {
+                bail!(
+                    "--nodes-perf needs KUBE_FANOUT_CONTROLPLANE_SYMBOLS=1: perf names the API server's functions only in a build that keeps its symbols"
+                );
+            }
+            let dir = dir.join(format!("{watchers}x{connections}"));
+            std::fs::create_dir_all(&dir)?;
+            perf = vec!["-perf-dir".into(), dir.display().to_string()];
+        }
         let result = self
             .loadgen(
                 "nodes",
                 &[
-                    format!("-fanout-static-window={static_window}"),
-                    "-targets".into(),
-                    "apiserver-proto,fanout".into(),
-                    "-watchers".into(),
-                    watchers.to_string(),
-                    "-connections".into(),
-                    connections.to_string(),
-                    "-spare".into(),
-                    SPARE_PODS.to_string(),
-                    "-rate".into(),
-                    self.args.rate.to_string(),
-                    "-seconds".into(),
-                    self.args.seconds.to_string(),
-                    "-rounds".into(),
-                    self.args.nodes_rounds.to_string(),
-                ],
+                    perf,
+                    vec![
+                        format!("-fanout-static-window={static_window}"),
+                        "-targets".into(),
+                        "apiserver-proto,fanout".into(),
+                        "-watchers".into(),
+                        watchers.to_string(),
+                        "-connections".into(),
+                        connections.to_string(),
+                        "-spare".into(),
+                        SPARE_PODS.to_string(),
+                        "-rate".into(),
+                        self.args.rate.to_string(),
+                        "-seconds".into(),
+                        self.args.seconds.to_string(),
+                        "-rounds".into(),
+                        self.args.nodes_rounds.to_string(),
+                    ],
+                ]
+                .concat(),
             )
             .await?;
         let load = [load_before, load_average()?];
@@ -830,7 +852,23 @@ struct WindowCpu {
 }
 
 impl WindowCpu {
+    /// `process`'s CPU time in each window (from `/proc`).
     fn of(result: &Value, process: &str) -> Self {
+        Self::measured(result, |window| cpu(window, process))
+    }
+
+    /// `process`'s CPU time in each window as perf sampled it: the samples
+    /// with `count` ("samples": all, "watch_path": on the API server's
+    /// watch path), over the sampling frequency.
+    fn sampled(result: &Value, process: &str, count: &str) -> Self {
+        Self::measured(result, |window| {
+            let perf = &window["perf"][process];
+            perf[count].as_f64().unwrap_or(f64::NAN) / perf["freq"].as_f64().unwrap_or(f64::NAN)
+        })
+    }
+
+    /// Seconds of CPU per window as `seconds` reads them from a window.
+    fn measured(result: &Value, seconds: impl Fn(&Value) -> f64) -> Self {
         let windows = result["windows"].as_array().cloned().unwrap_or_default();
         let writes = windows
             .first()
@@ -844,7 +882,7 @@ impl WindowCpu {
                 } else {
                     (&pair[1], &pair[0])
                 };
-                (cpu(on, process), cpu(off, process))
+                (seconds(on), seconds(off))
             })
             .collect();
         WindowCpu { rounds, writes }
@@ -962,6 +1000,36 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
             format!("{}: {} µs", deltas.join(", "), down(c.median_delta(), 1))
         },
     );
+    let perf_row = |label: &str, count: &str, servers: &[&str]| {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|(_, process)| {
+                if !servers.contains(process) {
+                    return "(not sampled: its whole CPU is above)".into();
+                }
+                let c = WindowCpu::sampled(result, process, count);
+                format!(
+                    "{} µs (± {} µs standard error); rounds' median {} µs",
+                    down(c.per_delivery(), 1),
+                    down(c.std_error(), 1),
+                    down(c.median_delta(), 1)
+                )
+            })
+            .collect();
+        format!("| {label} | {} |\n", cells.join(" | "))
+    };
+    if result["windows"][0]["perf"].is_object() {
+        out += &perf_row(
+            "perf's samples (999 a CPU-second), all: (on − off) / deliveries",
+            "samples",
+            &["kube-apiserver"],
+        );
+        out += &perf_row(
+            "**perf's samples on the watch path** (the watch handler, the watch cache's watchers and dispatch, the HTTP/2 connections outside request handlers): (on − off) / deliveries",
+            "watch_path",
+            &["kube-apiserver"],
+        );
+    }
     out += &row("all its CPU in the on windows, per write", &|_, c, _| {
         format!(
             "{} µs",
@@ -1000,6 +1068,28 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-6
+    }
+
+    /// perf's counts are seconds of CPU at its frequency, paired by round
+    /// as `/proc`'s are: all samples and the watch path's apart.
+    #[test]
+    fn sampled_cpu_is_samples_over_the_frequency() {
+        let sampled = |on: bool, samples: u64, watch_path: u64| {
+            json!({"on": on, "writes": 1000, "perf": {"server": {
+                "freq": 1000, "samples": samples, "watch_path": watch_path}}})
+        };
+        // Round 1: 2,000 more samples, 100 more on the watch path; round
+        // 2 (off first): 1,000 and 300 more.
+        let result = json!({"windows": [
+            sampled(true, 9000, 600), sampled(false, 7000, 500),
+            sampled(false, 8000, 400), sampled(true, 9000, 700),
+        ]});
+        let all = WindowCpu::sampled(&result, "server", "samples");
+        assert!(close(all.per_delivery(), 1500.0), "{}", all.per_delivery());
+        let path = WindowCpu::sampled(&result, "server", "watch_path");
+        assert!(close(path.per_delivery(), 200.0), "{}", path.per_delivery());
+        assert_eq!(path.round_deltas().len(), 2);
+        assert!(close(path.round_deltas()[0], 100.0) && close(path.round_deltas()[1], 300.0));
     }
 
     #[test]

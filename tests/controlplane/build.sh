@@ -6,6 +6,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 key="$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" | sha256sum | cut -c1-16)"
+# KUBE_FANOUT_CONTROLPLANE_SYMBOLS=1 keeps the binaries' symbol tables, so
+# that perf can name the API server's functions (the bench's profiles); a
+# directory of its own, so the tests' stripped build is untouched.
+strip='-s -w'
+if [[ "${KUBE_FANOUT_CONTROLPLANE_SYMBOLS:-}" == 1 ]]; then
+  strip=''
+  key="$key-symbols"
+fi
 out="${CARGO_TARGET_DIR:-$root/target}/controlplane/$key"
 if [[ -x "$out/kube-apiserver" && -x "$out/etcd" ]]; then
   echo "$out"
@@ -25,8 +33,8 @@ cd "$here"
 start=$SECONDS
 # -pgo=off: kube-apiserver ships a default.pgo profile whose optimisation pass
 # makes the cold build much slower and buys the tests nothing.
-go build -pgo=off -trimpath -ldflags='-s -w' -o "$out.tmp/etcd" ./etcd >&2
-go build -pgo=off -trimpath -ldflags='-s -w' -o "$out.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+go build -pgo=off -trimpath -ldflags="$strip" -o "$out.tmp/etcd" ./etcd >&2
+go build -pgo=off -trimpath -ldflags="$strip" -o "$out.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
 rm -rf "$out"
 mv "$out.tmp" "$out"
 echo "control plane built in $((SECONDS - start))s into $out" >&2
