@@ -1000,34 +1000,33 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
             format!("{}: {} µs", deltas.join(", "), down(c.median_delta(), 1))
         },
     );
-    let perf_row = |label: &str, count: &str, servers: &[&str]| {
-        let cells: Vec<String> = columns
-            .iter()
-            .map(|(_, process)| {
-                if !servers.contains(process) {
-                    return "(not sampled: its whole CPU is above)".into();
-                }
-                let c = WindowCpu::sampled(result, process, count);
-                format!(
-                    "{} µs (± {} µs standard error); rounds' median {} µs",
-                    down(c.per_delivery(), 1),
-                    down(c.std_error(), 1),
-                    down(c.median_delta(), 1)
-                )
-            })
-            .collect();
-        format!("| {label} | {} |\n", cells.join(" | "))
+    // Only the processes the load generator recorded have a `perf` entry.
+    let perf = &result["windows"][0]["perf"];
+    let sampled = |count: &'static str| {
+        move |_: &Value, _: &WindowCpu, process: &str| {
+            if !perf[process].is_object() {
+                return "(not sampled: its whole CPU is above)".to_string();
+            }
+            let c = WindowCpu::sampled(result, process, count);
+            format!(
+                "{} µs (± {} µs standard error); rounds' median {} µs",
+                down(c.per_delivery(), 1),
+                down(c.std_error(), 1),
+                down(c.median_delta(), 1)
+            )
+        }
     };
-    if result["windows"][0]["perf"].is_object() {
-        out += &perf_row(
-            "perf's samples (999 a CPU-second), all: (on − off) / deliveries",
-            "samples",
-            &["kube-apiserver"],
+    if let Some(freq) = perf
+        .as_object()
+        .and_then(|p| p.values().find_map(|s| s["freq"].as_f64()))
+    {
+        out += &row(
+            &format!("perf's samples ({freq} a CPU-second), all: (on − off) / deliveries"),
+            &sampled("samples"),
         );
-        out += &perf_row(
+        out += &row(
             "**perf's samples on the watch path** (the watch handler, the watch cache's watchers and dispatch, the HTTP/2 connections outside request handlers): (on − off) / deliveries",
-            "watch_path",
-            &["kube-apiserver"],
+            &sampled("watch_path"),
         );
     }
     out += &row("all its CPU in the on windows, per write", &|_, c, _| {
@@ -1090,6 +1089,33 @@ mod tests {
         assert!(close(path.per_delivery(), 200.0), "{}", path.per_delivery());
         assert_eq!(path.round_deltas().len(), 2);
         assert!(close(path.round_deltas()[0], 100.0) && close(path.round_deltas()[1], 300.0));
+    }
+
+    /// The perf rows name the frequency the windows were sampled at and
+    /// give figures only for the process that was sampled.
+    #[test]
+    fn the_nodes_table_reports_perf_only_for_the_sampled_process() {
+        let window = |on: bool, samples: u64| {
+            json!({"on": on, "writes": 1000, "procs": {
+                "kube-apiserver": {"cpu_s": 1.0}, "kube-fanout": {"cpu_s": 1.0}},
+                "perf": {"kube-apiserver": {"freq": 499, "samples": samples, "watch_path": samples}}})
+        };
+        let result = json!({"watchers": 5, "connections": 5, "windows": [
+            window(true, 998), window(false, 499),
+        ]});
+        let table = nodes_table(&result, 100.0, true, &["0".into(), "0".into()]);
+        let perf_rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.contains("perf's samples"))
+            .collect();
+        assert_eq!(perf_rows.len(), 2, "{table}");
+        assert!(perf_rows[0].contains("(499 a CPU-second)"), "{table}");
+        for row in perf_rows {
+            // 499 more samples at 499/s over 1,000 deliveries: 1,000 µs.
+            let cells: Vec<&str> = row.split(" | ").collect();
+            assert!(cells[1].starts_with("1000.0 µs"), "{row}");
+            assert!(cells[2].starts_with("(not sampled"), "{row}");
+        }
     }
 
     #[test]
