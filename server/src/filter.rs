@@ -1,12 +1,12 @@
 //! Which objects a subscriber sees: namespace, label selector and field
 //! selector, in Kubernetes' own syntax and meaning.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, ops::Range, sync::Arc};
 
 use crate::{
     error::quote,
     fields::{SelectableFields, Source},
-    object::Object,
+    object::{Object, namespace_range},
 };
 
 /// Why a selector was refused.
@@ -136,7 +136,25 @@ impl Filter {
         self.namespace
             .as_ref()
             .is_none_or(|ns| *ns == object.namespace)
-            && self.labels.iter().all(|r| r.matches(&object.labels))
+            && self.matches_candidate(object)
+    }
+
+    /// The part of `sorted` (objects in key order, as a snapshot holds
+    /// them) that can hold the filter's matches: its namespace's range when
+    /// it names one, else all of it. A namespace's snapshot then costs two
+    /// binary searches and its own objects, not a pass over the store.
+    pub fn candidates(&self, sorted: &[Arc<Object>]) -> Range<usize> {
+        match &self.namespace {
+            Some(ns) => namespace_range(sorted, ns),
+            None => 0..sorted.len(),
+        }
+    }
+
+    /// [`Filter::matches`] for an object from [`Filter::candidates`]: its
+    /// namespace is already known to match, so only the selectors are
+    /// checked.
+    pub fn matches_candidate(&self, object: &Object) -> bool {
+        self.labels.iter().all(|r| r.matches(&object.labels))
             && self.fields.iter().all(|r| r.matches(object))
     }
 }
@@ -397,6 +415,52 @@ mod tests {
         let filter =
             Filter::new("", "", r"metadata.name=a\,b", &SelectableFields::default()).unwrap();
         assert!(filter.matches(&obj("ns", "a,b", "{}")));
+    }
+
+    /// A namespace's candidates are exactly its objects, whatever sorts
+    /// beside them: namespaces that extend its name (`a-b` sorts before
+    /// `a/`, `a0` and `ab` after), a cluster-scoped key equal to it, and
+    /// the ends of the list; the selectors are still applied within.
+    #[test]
+    fn a_namespaces_candidates_are_its_objects_and_no_others() {
+        let mut sorted: Vec<Arc<Object>> = [
+            ("", "a", r#"{"x":"1"}"#),
+            ("a", "p", r#"{"x":"1"}"#),
+            ("a", "q", r#"{"x":"2"}"#),
+            ("a-b", "p", r#"{"x":"1"}"#),
+            ("a0", "p", r#"{"x":"1"}"#),
+            ("ab", "p", r#"{"x":"1"}"#),
+            ("b", "p", r#"{"x":"1"}"#),
+            ("0", "p", r#"{"x":"1"}"#),
+            ("z", "p", r#"{"x":"1"}"#),
+        ]
+        .iter()
+        .map(|(ns, name, labels)| Arc::new(obj(ns, name, labels)))
+        .collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        let fields = SelectableFields::default();
+        for ns in ["", "a", "a-b", "a0", "ab", "b", "0", "z", "c", "aa"] {
+            for selector in ["", "x=1"] {
+                let filter = Filter::new(ns, selector, "", &fields).unwrap();
+                let by_range: Vec<&str> = sorted[filter.candidates(&sorted)]
+                    .iter()
+                    .filter(|o| filter.matches_candidate(o))
+                    .map(|o| o.key.as_str())
+                    .collect();
+                let by_pass: Vec<&str> = sorted
+                    .iter()
+                    .filter(|o| filter.matches(o))
+                    .map(|o| o.key.as_str())
+                    .collect();
+                assert_eq!(by_range, by_pass, "namespace {ns:?}, selector {selector:?}");
+            }
+        }
+        let a = Filter::new("a", "", "", &fields).unwrap();
+        let keys: Vec<&str> = sorted[a.candidates(&sorted)]
+            .iter()
+            .map(|o| o.key.as_str())
+            .collect();
+        assert_eq!(keys, ["a/p", "a/q"]);
     }
 
     fn obj(ns: &str, name: &str, labels: &str) -> Object {

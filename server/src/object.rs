@@ -1,7 +1,7 @@
 //! Objects as the cache holds them: the JSON the API server sent, plus the
 //! few fields the store and the filters need, parsed once on arrival.
 
-use std::{collections::BTreeMap, fmt, str::FromStr, sync::Arc};
+use std::{collections::BTreeMap, fmt, ops::Range, str::FromStr, sync::Arc};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -273,6 +273,19 @@ pub fn object_key(namespace: &str, name: &str) -> String {
     } else {
         format!("{namespace}/{name}")
     }
+}
+
+/// Where `namespace`'s objects are in `sorted`, objects in key order (as a
+/// snapshot holds them): their keys, `namespace/name`, are exactly those
+/// from `namespace/` up to but not including `namespace0` (`0` follows `/`,
+/// and names hold no `/`), so they are one range, found by two binary
+/// searches.
+pub fn namespace_range(sorted: &[Arc<Object>], namespace: &str) -> Range<usize> {
+    let from = format!("{namespace}/");
+    let to = format!("{namespace}0");
+    let start = sorted.partition_point(|o| o.key < from);
+    let end = sorted.partition_point(|o| o.key < to);
+    start..end
 }
 
 #[cfg(test)]

@@ -153,9 +153,9 @@ impl Pages {
         Arc::new(Cut {
             resource_version: rv,
             filter: filter.clone(),
-            objects: objects
+            objects: objects[filter.candidates(objects)]
                 .iter()
-                .filter(|o| filter.matches(o))
+                .filter(|o| filter.matches_candidate(o))
                 .cloned()
                 .collect(),
         })

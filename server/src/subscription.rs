@@ -237,6 +237,8 @@ enum State {
         objects: Arc<[Arc<Object>]>,
         /// The index of the next one to consider sending.
         next: usize,
+        /// Where the filter's candidates end (see [`Filter::candidates`]).
+        end: usize,
         /// The snapshot's RV and ring position.
         resource_version: ResourceVersion,
         seq: u64,
@@ -338,13 +340,14 @@ impl Subscription {
                 State::Snapshot {
                     objects,
                     next,
+                    end,
                     resource_version,
                     seq,
                 } => {
                     let (rv, seq) = (*resource_version, *seq);
-                    let found = objects[*next..]
+                    let found = objects[*next..*end]
                         .iter()
-                        .position(|o| self.spec.filter.matches(o));
+                        .position(|o| self.spec.filter.matches_candidate(o));
                     if let Some(at) = found {
                         let object = &objects[*next + at];
                         *next += at + 1;
@@ -419,9 +422,11 @@ impl Subscription {
                     seq,
                     objects,
                 } = self.store.snapshot();
+                let candidates = self.spec.filter.candidates(&objects);
                 State::Snapshot {
                     objects,
-                    next: 0,
+                    next: candidates.start,
+                    end: candidates.end,
                     resource_version,
                     seq,
                 }
