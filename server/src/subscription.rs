@@ -102,6 +102,14 @@ pub struct Limits {
     /// events its filter lets through that arrived since its stream
     /// started, is cut off with [`WatchError::Lagged`].
     pub max_lag_bytes: u64,
+    /// A subscriber woken by new events less than this long after it was
+    /// last sent something waits out the rest before reading them, so that
+    /// events arriving faster than this go out several to an HTTP/2 frame
+    /// and a write instead of one each (the marks and head changes that
+    /// arrive meanwhile wake nobody). It adds at most this much latency, and
+    /// only to events that follow a delivery closer than this; zero (the
+    /// default) reads at once.
+    pub min_send_interval: Duration,
 }
 
 impl Default for Limits {
@@ -111,6 +119,7 @@ impl Default for Limits {
             progress_interval: Duration::from_secs(60),
             max_lag_events: 10_000,
             max_lag_bytes: 64 << 20,
+            min_send_interval: Duration::ZERO,
         }
     }
 }
@@ -556,7 +565,18 @@ async fn follow(
         match wake {
             // A store gone away goes with the server: a shutdown too.
             Wake::Changed { store_gone: true } => return Err(shutting_down),
-            Wake::Changed { store_gone: false } | Wake::Marked => store.dispatch().woken(),
+            Wake::Changed { store_gone: false } | Wake::Marked => {
+                store.dispatch().woken();
+                if !limits.min_send_interval.is_zero() {
+                    // `last_sent` was stamped as the subscriber began to
+                    // wait, right after its last delivery went to the
+                    // transport.
+                    let earliest = live.last_sent + limits.min_send_interval;
+                    if Instant::now() < earliest {
+                        tokio::time::sleep_until(earliest).await;
+                    }
+                }
+            }
             Wake::Progress => {
                 let due = live.last_sent + limits.progress_interval;
                 if Instant::now() >= due {
@@ -860,6 +880,54 @@ pub(crate) mod tests {
                 Ok((EventKind::Bookmark, 9)),
             ]
         );
+    }
+
+    /// With a minimum send interval, events that wake a subscriber sooner
+    /// than that after its last delivery wait for the interval's end and
+    /// go out together; an event after a longer quiet goes at once.
+    #[tokio::test(start_paused = true)]
+    async fn events_within_the_min_send_interval_go_out_together_at_its_end() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let limits = Limits {
+            min_send_interval: Duration::from_millis(10),
+            ..Limits::default()
+        };
+        let mut stream = Box::pin(watch(store.clone(), spec("", Start::Latest, false), limits));
+        /// The next delivery's RV, if one comes within `ms`.
+        async fn next(
+            stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+            ms: u64,
+        ) -> Option<u64> {
+            let item = tokio::time::timeout(Duration::from_millis(ms), stream.next()).await;
+            item.ok().flatten().map(|d| d.unwrap().resource_version.0)
+        }
+        // Whatever the start sends (a snapshot of "a"), then a quiet longer
+        // than the interval: the next event goes at once.
+        while next(&mut stream, 1).await.is_some() {}
+        tokio::time::advance(Duration::from_millis(20)).await;
+        store.apply(EventKind::Modified, object("a", 2, "{}"));
+        let sent = Instant::now();
+        assert_eq!(next(&mut stream, 1).await, Some(2));
+        // The subscriber waits again (and stamps its last send) here.
+        assert_eq!(next(&mut stream, 1).await, None);
+        store.apply(EventKind::Modified, object("a", 3, "{}"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        store.apply(EventKind::Modified, object("a", 4, "{}"));
+        assert_eq!(
+            next(&mut stream, 6).await,
+            None,
+            "before the interval's end"
+        );
+        assert_eq!(next(&mut stream, 10).await, Some(3));
+        assert_eq!(Instant::now() - sent, Duration::from_millis(10));
+        assert_eq!(next(&mut stream, 0).await, Some(4), "in the same batch");
+        // 5 ms after that batch: waits the other 5.
+        assert_eq!(next(&mut stream, 5).await, None);
+        store.apply(EventKind::Modified, object("a", 5, "{}"));
+        assert_eq!(next(&mut stream, 4).await, None);
+        assert_eq!(next(&mut stream, 1).await, Some(5));
+        assert_eq!(Instant::now() - sent, Duration::from_millis(20));
     }
 
     #[tokio::test(start_paused = true)]
