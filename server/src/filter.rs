@@ -419,12 +419,14 @@ mod tests {
 
     /// A namespace's candidates are exactly its objects, whatever sorts
     /// beside them: namespaces that extend its name (`a-b` sorts before
-    /// `a/`, `a0` and `ab` after), a cluster-scoped key equal to it, and
-    /// the ends of the list; the selectors are still applied within.
+    /// `a/`, `a0` and `ab` after), cluster-scoped keys equal to it and to
+    /// the range's end (`a0`), and the ends of the list; the selectors are
+    /// still applied within.
     #[test]
     fn a_namespaces_candidates_are_its_objects_and_no_others() {
         let mut sorted: Vec<Arc<Object>> = [
             ("", "a", r#"{"x":"1"}"#),
+            ("", "a0", r#"{"x":"1"}"#),
             ("a", "p", r#"{"x":"1"}"#),
             ("a", "q", r#"{"x":"2"}"#),
             ("a-b", "p", r#"{"x":"1"}"#),

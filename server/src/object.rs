@@ -279,7 +279,7 @@ pub fn object_key(namespace: &str, name: &str) -> String {
 /// snapshot holds them): their keys, `namespace/name`, are exactly those
 /// from `namespace/` up to but not including `namespace0` (`0` follows `/`,
 /// and names hold no `/`), so they are one range, found by two binary
-/// searches.
+/// searches. (No key equals `namespace/` itself: names are never empty.)
 pub fn namespace_range(sorted: &[Arc<Object>], namespace: &str) -> Range<usize> {
     let from = format!("{namespace}/");
     let to = format!("{namespace}0");
