@@ -105,8 +105,8 @@ func (run *perfRun) stop() {
 	}
 }
 
-// perfCounts are one recording's samples: all of them, and those with a
-// watchPathFrames function in their call chain.
+// perfCounts are one recording's samples: all of them, and those whose
+// call chain is on the watch path (onWatchPath).
 type perfCounts struct {
 	File      string `json:"file"`
 	Freq      int    `json:"freq"`
