@@ -7,6 +7,7 @@ use clap::Parser;
 use crate::{
     auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
     dispatch::IndexFieldFlag,
+    keepalive::Keepalive,
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
@@ -49,6 +50,17 @@ pub struct Config {
     /// Address of the gRPC listener.
     #[arg(long, default_value = "127.0.0.1:50051", env = "KUBE_FANOUT_LISTEN")]
     pub listen: SocketAddr,
+
+    /// Seconds a gRPC connection may be idle before TCP keepalive probes
+    /// its peer; 0 turns keepalive off.
+    #[arg(long, default_value_t = 30, env = "KUBE_FANOUT_KEEPALIVE_SECONDS")]
+    pub keepalive_seconds: u64,
+
+    /// Seconds after --keepalive-seconds that a peer acknowledging nothing
+    /// (no probe, no data) is dropped with its watches: one that vanished
+    /// without closing, as a lost node or a partition leaves it.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_KEEPALIVE_TIMEOUT_SECONDS")]
+    pub keepalive_timeout_seconds: u64,
 
     /// Address of the Prometheus metrics listener (`GET /metrics`).
     #[arg(
@@ -325,6 +337,14 @@ impl Config {
         }
     }
 
+    /// How accepted connections look for a vanished peer.
+    pub fn keepalive(&self) -> Keepalive {
+        Keepalive {
+            idle: (self.keepalive_seconds > 0).then(|| Duration::from_secs(self.keepalive_seconds)),
+            timeout: Duration::from_secs(self.keepalive_timeout_seconds),
+        }
+    }
+
     /// How long a failing reflector keeps the server ready (`None`: for
     /// ever).
     pub fn unready_after(&self) -> Option<Duration> {
@@ -368,5 +388,34 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
+    }
+
+    #[test]
+    fn keepalive_is_on_by_default_and_zero_turns_it_off() {
+        assert_eq!(parse(&[]).keepalive(), Keepalive::default());
+        let set = parse(&[
+            "--keepalive-seconds",
+            "5",
+            "--keepalive-timeout-seconds",
+            "7",
+        ]);
+        assert_eq!(
+            set.keepalive(),
+            Keepalive {
+                idle: Some(Duration::from_secs(5)),
+                timeout: Duration::from_secs(7),
+            }
+        );
+        assert_eq!(parse(&["--keepalive-seconds", "0"]).keepalive().idle, None);
+        assert!(
+            Config::try_parse_from([
+                "kube-fanout",
+                "--resource",
+                "v1/configmaps",
+                "--keepalive-timeout-seconds",
+                "0"
+            ])
+            .is_err()
+        );
     }
 }

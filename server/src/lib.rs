@@ -15,6 +15,7 @@ pub mod dispatch;
 pub mod error;
 pub mod fields;
 pub mod filter;
+pub mod keepalive;
 pub mod metrics;
 pub mod object;
 pub mod paging;

@@ -41,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         health_addr: config.health_listen,
         unready_after: config.unready_after(),
         security: config.security(),
+        keepalive: config.keepalive(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
     tokio::spawn(async move {

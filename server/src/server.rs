@@ -20,6 +20,7 @@ use crate::{
     },
     cache::{Cache, Served},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
+    keepalive::Keepalive,
     metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
@@ -54,6 +55,8 @@ pub struct ServerOptions {
     pub unready_after: Option<Duration>,
     /// TLS, authentication and authorization.
     pub security: Security,
+    /// How accepted connections look for a peer that vanished.
+    pub keepalive: Keepalive,
 }
 
 /// How callers are secured. The default is what `--auth=none` on loopback
@@ -310,12 +313,12 @@ pub async fn start(
         }
         .instrument(info_span!("close-watches")),
     );
-    let shutdown = cancel.clone();
+    let (shutdown, keepalive) = (cancel.clone(), options.keepalive);
     tasks.spawn(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    tls::incoming(listener, tls, shutdown.clone()),
+                    tls::incoming(listener, tls, keepalive, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;

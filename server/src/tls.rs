@@ -38,7 +38,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::auth::{AUTHENTICATED_GROUP, Identity};
+use crate::{
+    auth::{AUTHENTICATED_GROUP, Identity},
+    keepalive::Keepalive,
+};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -443,12 +446,14 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// The connections accepted on `listener` until `cancel` fires; with TLS,
-/// each handshake runs in its own task (a slow client delays no other) and
-/// one that fails or times out is logged and dropped.
+/// The connections accepted on `listener` until `cancel` fires, each with
+/// `keepalive` set; with TLS, each handshake runs in its own task (a slow
+/// client delays no other) and one that fails or times out is logged and
+/// dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
+    keepalive: Keepalive,
     cancel: CancellationToken,
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
@@ -475,6 +480,9 @@ pub fn incoming(
                 // applies only to its own listener, not to this accept loop.
                 if let Err(err) = tcp.set_nodelay(true) {
                     debug!(error = %err, %peer, "TCP_NODELAY not set");
+                }
+                if let Err(err) = keepalive.apply(&tcp) {
+                    warn!(error = %err, %peer, "TCP keepalive not set");
                 }
                 let Some(acceptor) = tls.clone() else {
                     if tx.send(Ok(Conn::Plain(tcp))).await.is_err() {
@@ -519,7 +527,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn accepted_connections_have_nagle_off_plain_and_tls() {
+    async fn accepted_connections_have_nagle_off_and_keepalive_on_plain_and_tls() {
         let dir = tempfile::tempdir().unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
@@ -537,17 +545,29 @@ mod tests {
 
         let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let plain_addr = plain.local_addr().unwrap();
-        let mut conns = Box::pin(incoming(plain, None, cancel.clone()));
+        let keepalive = Keepalive {
+            idle: Some(Duration::from_secs(11)),
+            timeout: Duration::from_secs(20),
+        };
+        // Set on the socket, whatever the connection carries.
+        let probing = |conn: &Conn| {
+            let socket = socket2::SockRef::from(socket(conn));
+            socket.keepalive().unwrap()
+                && socket.tcp_keepalive_time().unwrap() == Duration::from_secs(11)
+        };
+        let mut conns = Box::pin(incoming(plain, None, keepalive, cancel.clone()));
         let _client = TcpStream::connect(plain_addr).await.unwrap();
         let conn = conns.next().await.unwrap().unwrap();
         assert!(matches!(conn, Conn::Plain(_)));
         assert!(socket(&conn).nodelay().unwrap(), "plain: Nagle is on");
+        assert!(probing(&conn), "plain: no keepalive");
 
         let secure = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secure_addr = secure.local_addr().unwrap();
         let mut conns = Box::pin(incoming(
             secure,
             Some(acceptor(&files).unwrap()),
+            keepalive,
             cancel.clone(),
         ));
         let mut roots = RootCertStore::empty();
@@ -568,6 +588,7 @@ mod tests {
         let conn = conn.unwrap().unwrap();
         assert!(matches!(conn, Conn::Tls(_)));
         assert!(socket(&conn).nodelay().unwrap(), "TLS: Nagle is on");
+        assert!(probing(&conn), "TLS: no keepalive");
         cancel.cancel();
     }
 

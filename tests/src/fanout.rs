@@ -7,6 +7,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context, Result, bail};
 use kube_fanout::{
+    keepalive::Keepalive,
     reflector::ReflectorConfig,
     server::{self, Running, Security, ServerOptions},
     store::HistoryLimits,
@@ -54,6 +55,7 @@ impl Fanout {
             health_addr: None,
             unready_after: None,
             security: Security::default(),
+            keepalive: Keepalive::default(),
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await
