@@ -1,6 +1,7 @@
 //! A subscriber whose peer vanished without closing its connection (a lost
 //! node, a partition) is found by TCP keepalive and dropped with its
-//! watches; a live subscriber on an idle connection stays.
+//! watches, whether its stream was quiet or busy; a live subscriber on an
+//! idle connection stays.
 //!
 //! The vanished peer is a client socket with a socket filter that drops
 //! every segment arriving for it: its kernel then answers nothing (no ACK,
@@ -14,10 +15,13 @@ use std::{
 use anyhow::{Context, Result, bail};
 use hyper_util::rt::TokioIo;
 use kube_fanout::keepalive::Keepalive;
-use kube_fanout_proto::v1::kube_fanout_client::KubeFanoutClient;
+use kube_fanout_proto::v1::{WatchEvent, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use socket2::{SockFilter, Socket};
-use tonic::transport::{Channel, Endpoint};
+use tonic::{
+    Streaming,
+    transport::{Channel, Endpoint},
+};
 
 /// Classic BPF: `ret #0`, keep no byte of any packet (drop it).
 const DROP_ALL: [SockFilter; 1] = [SockFilter::new(0x06, 0, 0, 0)];
@@ -52,11 +56,24 @@ async fn subscribers(fanout: &Fanout) -> Result<u64> {
     Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
 }
 
+/// A watch on `namespace` over a connection of its own, past its snapshot,
+/// and that connection's socket.
+async fn watching(fanout: &Fanout, namespace: &str) -> Result<(Streaming<WatchEvent>, Socket)> {
+    let (channel, socket) = connect(fanout).await?;
+    let mut stream = KubeFanoutClient::new(channel)
+        .watch(watch_list(namespace))
+        .await?
+        .into_inner();
+    read_snapshot(&mut stream).await?;
+    Ok((stream, socket))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vanished_subscriber_is_dropped_and_a_quiet_live_one_stays() -> Result<()> {
+async fn vanished_subscribers_are_dropped_quiet_or_busy_and_a_quiet_live_one_stays() -> Result<()> {
     kube_fanout_tests::init_logging();
     let cp = ControlPlane::start().await?;
-    create_namespace(&cp.client, "keepalive").await?;
+    create_namespace(&cp.client, "quiet").await?;
+    create_namespace(&cp.client, "busy").await?;
     let keepalive = Keepalive {
         idle: Some(Duration::from_secs(1)),
         timeout: Duration::from_secs(2),
@@ -66,39 +83,40 @@ async fn a_vanished_subscriber_is_dropped_and_a_quiet_live_one_stays() -> Result
     })
     .await?;
 
-    let (live, _) = connect(&fanout).await?;
-    let mut live = KubeFanoutClient::new(live)
-        .watch(watch_list("keepalive"))
-        .await?
-        .into_inner();
-    read_snapshot(&mut live).await?;
-    let (doomed, socket) = connect(&fanout).await?;
-    let mut doomed = KubeFanoutClient::new(doomed)
-        .watch(watch_list("keepalive"))
-        .await?
-        .into_inner();
-    read_snapshot(&mut doomed).await?;
-    assert_eq!(subscribers(&fanout).await?, 2);
+    let (mut live, _) = watching(&fanout, "quiet").await?;
+    // One that goes while its stream is quiet (found by the probes), one
+    // while events are being sent to it (found by TCP_USER_TIMEOUT: with
+    // keepalive alone the kernel would retransmit for about 15 minutes).
+    let (_quiet, quiet) = watching(&fanout, "quiet").await?;
+    let (_busy, busy) = watching(&fanout, "busy").await?;
+    assert_eq!(subscribers(&fanout).await?, 3);
 
-    socket.attach_filter(&DROP_ALL)?;
+    quiet.attach_filter(&DROP_ALL)?;
+    busy.attach_filter(&DROP_ALL)?;
     let vanished = tokio::time::Instant::now();
-    // Dropped once nothing was acknowledged for idle + timeout (3 s), after
-    // the probe that finds it (probes are a second apart).
+    // Each is dropped once it has acknowledged nothing for idle + timeout
+    // (3 s), at the next probe or retransmission after that.
     let bound = Duration::from_secs(10);
+    let mut writes = 0;
     while subscribers(&fanout).await? != 1 {
         if vanished.elapsed() > bound {
-            bail!("the vanished subscriber's watch is still open after {bound:?}");
+            bail!(
+                "{} vanished subscribers' watches are still open after {bound:?}",
+                subscribers(&fanout).await? - 1
+            );
         }
+        create_configmap(&cp.client, "busy", &format!("cm-{writes}"), "v").await?;
+        writes += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "the vanished subscriber was dropped {:?} after it went",
+        "both vanished subscribers were dropped {:?} after they went ({writes} writes to the busy one's namespace meanwhile)",
         vanished.elapsed()
     );
 
     // The live one was as quiet, for longer than idle + timeout: its kernel
     // answered the probes, and it still gets events.
-    let created = create_configmap(&cp.client, "keepalive", "after", "v").await?;
+    let created = create_configmap(&cp.client, "quiet", "after", "v").await?;
     let event = next_event(&mut live).await?;
     assert_eq!(
         Some(event.resource_version),
