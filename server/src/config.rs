@@ -390,6 +390,89 @@ mod tests {
         assert!(err.to_string().contains("--tls-private-key-file"), "{err}");
     }
 
+    /// Each reflector and authentication flag reaches its setting (a field
+    /// left to `..Default::default()` would keep the default silently).
+    #[test]
+    fn reflector_and_auth_flags_reach_their_settings() {
+        let config = parse(&[
+            "--page-size",
+            "7",
+            "--min-watch-timeout-seconds",
+            "400",
+            "--no-watch-list",
+            "--max-internal-error-retry-seconds",
+            "9",
+            "--check-watch-list-consistency",
+            "--keep-managed-fields",
+            "--auth-token-audiences",
+            "a,b",
+            "--auth-token-cache-ttl-seconds",
+            "11",
+            "--auth-token-failure-cache-ttl-seconds",
+            "12",
+            "--authz-allowed-cache-ttl-seconds",
+            "13",
+            "--authz-denied-cache-ttl-seconds",
+            "14",
+        ]);
+        let reflector = config.reflector();
+        assert_eq!(reflector.page_size, Some(7));
+        assert_eq!(reflector.min_watch_timeout, Duration::from_secs(400));
+        assert!(!reflector.use_watch_list);
+        assert_eq!(reflector.max_internal_error_retry, Duration::from_secs(9));
+        assert!(reflector.check_watch_list_consistency);
+        assert!(!reflector.transform.strip_managed_fields);
+        let defaults = parse(&[]).reflector();
+        assert!(defaults.use_watch_list && !defaults.check_watch_list_consistency);
+        assert!(defaults.transform.strip_managed_fields);
+
+        let auth = config.security().auth.expect("authentication is on");
+        assert_eq!(auth.audiences, ["a", "b"]);
+        assert_eq!(auth.token_ttl.success, Duration::from_secs(11));
+        assert_eq!(auth.token_ttl.failure, Duration::from_secs(12));
+        assert_eq!(auth.decision_ttl.allowed, Duration::from_secs(13));
+        assert_eq!(auth.decision_ttl.denied, Duration::from_secs(14));
+    }
+
+    #[test]
+    fn limit_and_history_flags_reach_their_settings() {
+        let config = parse(&[
+            "--freshness-timeout-ms",
+            "1500",
+            "--progress-bookmark-seconds",
+            "7",
+            "--max-lag-events",
+            "8",
+            "--max-lag-bytes",
+            "9",
+            "--min-send-interval-ms",
+            "3",
+            "--history-events",
+            "10",
+            "--history-seconds",
+            "11",
+            "--history-bytes",
+            "12",
+            "--unready-after-seconds",
+            "1",
+        ]);
+        let limits = config.limits();
+        assert_eq!(limits.freshness_timeout, Duration::from_millis(1500));
+        assert_eq!(limits.progress_interval, Duration::from_secs(7));
+        assert_eq!((limits.max_lag_events, limits.max_lag_bytes), (8, 9));
+        assert_eq!(limits.min_send_interval, Duration::from_millis(3));
+        let history = config.history();
+        assert_eq!(history.events, 10);
+        assert_eq!(history.age, Duration::from_secs(11));
+        assert_eq!(history.bytes, 12);
+        assert_eq!(config.unready_after(), Some(Duration::from_secs(1)));
+        assert_eq!(parse(&[]).unready_after(), Some(Duration::from_secs(30)));
+        assert_eq!(
+            parse(&["--unready-after-seconds", "0"]).unready_after(),
+            None
+        );
+    }
+
     #[test]
     fn keepalive_is_on_by_default_and_zero_turns_it_off() {
         assert_eq!(parse(&[]).keepalive(), Keepalive::default());
