@@ -79,25 +79,30 @@ mod tests {
 
     use tokio::net::TcpListener;
 
-    /// A connected pair on loopback: (client, accepted).
-    async fn pair() -> (TcpStream, TcpStream) {
+    /// A connection accepted on loopback with `keepalive` applied, kept
+    /// open by its client: (client, accepted).
+    async fn accepted(keepalive: Keepalive) -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
+        // On first, so that turning it off is seen to do something.
+        SockRef::from(&accepted).set_keepalive(true).unwrap();
+        keepalive.apply(&accepted).unwrap();
         (client, accepted)
+    }
+
+    fn seconds(idle: Option<u64>, timeout: u64) -> Keepalive {
+        Keepalive {
+            idle: idle.map(Duration::from_secs),
+            timeout: Duration::from_secs(timeout),
+        }
     }
 
     #[tokio::test]
     async fn a_connection_is_probed_after_idle_and_dropped_after_idle_plus_timeout() {
-        let (_client, accepted) = pair().await;
-        Keepalive {
-            idle: Some(Duration::from_secs(7)),
-            timeout: Duration::from_secs(12),
-        }
-        .apply(&accepted)
-        .unwrap();
+        let (_client, accepted) = accepted(seconds(Some(7), 12)).await;
         let socket = SockRef::from(&accepted);
         assert!(socket.keepalive().unwrap());
         assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(7));
@@ -115,13 +120,7 @@ mod tests {
 
     #[tokio::test]
     async fn probes_are_a_second_apart_at_least() {
-        let (_client, accepted) = pair().await;
-        Keepalive {
-            idle: Some(Duration::from_secs(1)),
-            timeout: Duration::from_secs(2),
-        }
-        .apply(&accepted)
-        .unwrap();
+        let (_client, accepted) = accepted(seconds(Some(1), 2)).await;
         let socket = SockRef::from(&accepted);
         assert_eq!(
             socket.tcp_keepalive_interval().unwrap(),
@@ -132,14 +131,7 @@ mod tests {
 
     #[tokio::test]
     async fn off_turns_keepalive_off() {
-        let (_client, accepted) = pair().await;
-        SockRef::from(&accepted).set_keepalive(true).unwrap();
-        Keepalive {
-            idle: None,
-            timeout: Duration::from_secs(20),
-        }
-        .apply(&accepted)
-        .unwrap();
+        let (_client, accepted) = accepted(seconds(None, 20)).await;
         assert!(!SockRef::from(&accepted).keepalive().unwrap());
     }
 }
