@@ -17,6 +17,10 @@ import (
 // catch up with an asked resourceVersion in time.
 const reasonTooLarge = "TooLargeResourceVersion"
 
+// reasonRetired is the ErrorInfo reason of a watch ended because its
+// connection reached kube-fanout's maximum connection age.
+const reasonRetired = "ConnectionRetired"
+
 // statusError turns a kube-fanout gRPC status into the *apierrors.StatusError
 // the API server would have answered, so client-go's reflector takes the
 // same decision it takes against the API server. This is the one place

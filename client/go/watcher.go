@@ -97,7 +97,7 @@ func (w *watcher) pump(ctx context.Context, stream pb.KubeFanout_WatchClient, s 
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) || ctx.Err() != nil || timedOut(ctx, err) {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil || timedOut(ctx, err) || retired(err) {
 				return codes.OK
 			}
 			w.send(ctx, errorEvent(statusError(err)))
@@ -178,4 +178,19 @@ func timedOut(ctx context.Context, err error) bool {
 	code := status.Code(err)
 	return ok && (code == codes.Canceled || code == codes.DeadlineExceeded) &&
 		time.Until(deadline) < 100*time.Millisecond
+}
+
+// retired reports whether err ends the stream because kube-fanout retired
+// its connection (--max-connection-age-seconds). Like a watch timeout, the
+// stream then ends cleanly: the reflector's next watch, from the last
+// resourceVersion it saw, goes over a new connection (grpc-go dials one
+// after the server's GOAWAY), perhaps to another replica, which is the
+// point of retiring it.
+func retired(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	reason, _ := errorInfo(st)
+	return reason == reasonRetired
 }

@@ -301,6 +301,32 @@ func TestWatchDecodesMetadataAndUnstructured(t *testing.T) {
 	}
 }
 
+// A watch whose connection kube-fanout retired ends cleanly, as one that
+// timed out: no error for the reflector to back off on, and no move to
+// another address (the Service in front chooses the replica).
+func TestWatchEndsCleanlyWhenItsConnectionIsRetired(t *testing.T) {
+	retiring := &fakeServer{scripts: []watchScript{{end: withReason(codes.Unavailable, "connection retired", "ConnectionRetired", "7")}}}
+	other := &fakeServer{}
+	first, second := serve(t, retiring, nil), serve(t, other, nil)
+	conn := dial(t, []string{first, second})
+	lw := NewListWatch(conn, configMaps, "", nil)
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events := collect(t, w); len(events) != 0 {
+		t.Fatalf("events %v, want none: a clean end", events)
+	}
+	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if conn.Address() != first {
+		t.Fatalf("the next watch went to %s, want %s", conn.Address(), first)
+	}
+}
+
 // A server that ends a watch as unavailable (shutting down) is left: the
 // reflector's next watch goes to the next address.
 func TestWatchMovesOnFromAServerShuttingDown(t *testing.T) {

@@ -53,11 +53,11 @@ use std::{collections::BTreeMap, future::Future, time::Duration};
 
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::{Resource, core::PartialObjectMeta};
-use kube_fanout_proto::GroupVersionResource;
+use kube_fanout_proto::{CONNECTION_RETIRED, GroupVersionResource};
 use kube_runtime::watcher::{self, DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
 use tonic::{Code, Status};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 // Re-exported: callers reading raw streams need them, and the proto crate
 // is not theirs to depend on.
@@ -202,9 +202,16 @@ enum Next {
     Snapshot,
     /// Tell the caller, then retry after a backoff delay.
     Refused,
+    /// Resume at once on the same server: it retired the connection
+    /// (`--max-connection-age-seconds`), a routine move, and the channel
+    /// opens a new one after the server's GOAWAY.
+    Move,
 }
 
 fn next_after(status: &Status) -> Next {
+    if status.code() == Code::Unavailable && reason(status).as_deref() == Some(CONNECTION_RETIRED) {
+        return Next::Move;
+    }
     match status.code() {
         Code::OutOfRange => Next::Snapshot,
         Code::NotFound
@@ -382,6 +389,10 @@ where
                     warn!(%resource, code = %failure.code(), message = failure.message(), retry_in = ?delay, "watch refused");
                     yield Err(WatchError::Refused(failure));
                     tokio::time::sleep(delay).await;
+                }
+                Next::Move => {
+                    debug!(%resource, resume_after = resume.as_deref().unwrap_or("(new snapshot)"), "connection retired by the server; resuming on a new one");
+                    continue;
                 }
                 Next::Resume => {
                     let delay = delay();

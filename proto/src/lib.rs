@@ -1,13 +1,21 @@
 //! kube-fanout's gRPC API (`kubefanout.v1`), generated from `proto/`, and
 //! what its server and client must agree on beyond the messages: how a
-//! resource type is named ([`GroupVersionResource`]) and how a Watch stream
-//! marks the end of a unit ([`ends_initial_events`], [`ends_resync`]).
+//! resource type is named ([`GroupVersionResource`]), how a Watch stream
+//! marks the end of a unit ([`ends_initial_events`], [`ends_resync`]), and
+//! the status reasons a client acts on by name ([`CONNECTION_RETIRED`]).
 
 mod resource;
 mod unit;
 
 pub use resource::{GroupVersionResource, ResourceSyntaxError};
 pub use unit::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
+
+/// The `google.rpc.ErrorInfo` reason of a Watch ended UNAVAILABLE because
+/// the server retired its connection at its maximum age: a client resumes
+/// at once, from the resourceVersion the status carries, on a new
+/// connection (the server sent GOAWAY first), rather than backing off or
+/// failing over as from a server going away.
+pub const CONNECTION_RETIRED: &str = "ConnectionRetired";
 
 /// Package `kubefanout.v1`.
 #[allow(missing_docs, clippy::all)]

@@ -11,6 +11,7 @@ use crate::{
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
+    retire::MaxConnectionAge,
     server::{AuthOptions, Security},
     store::HistoryLimits,
     subscription::Limits,
@@ -61,6 +62,18 @@ pub struct Config {
     /// without closing, as a lost node or a partition leaves it.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_KEEPALIVE_TIMEOUT_SECONDS")]
     pub keepalive_timeout_seconds: u64,
+
+    /// Seconds after which a gRPC connection is retired, so that clients
+    /// spread over replicas added since they connected: GOAWAY, then its
+    /// watches end (UNAVAILABLE, ConnectionRetired, with the
+    /// resourceVersion to resume from) within a tenth of this more, and
+    /// their clients resume on a new connection. 0: never.
+    #[arg(
+        long,
+        default_value_t = 0,
+        env = "KUBE_FANOUT_MAX_CONNECTION_AGE_SECONDS"
+    )]
+    pub max_connection_age_seconds: u64,
 
     /// Address of the Prometheus metrics listener (`GET /metrics`).
     #[arg(
@@ -345,6 +358,12 @@ impl Config {
         }
     }
 
+    /// How old connections may get (`None`: no bound).
+    pub fn max_connection_age(&self) -> Option<MaxConnectionAge> {
+        (self.max_connection_age_seconds > 0)
+            .then(|| MaxConnectionAge(Duration::from_secs(self.max_connection_age_seconds)))
+    }
+
     /// How long a failing reflector keeps the server ready (`None`: for
     /// ever).
     pub fn unready_after(&self) -> Option<Duration> {
@@ -470,6 +489,19 @@ mod tests {
         assert_eq!(
             parse(&["--unready-after-seconds", "0"]).unready_after(),
             None
+        );
+    }
+
+    #[test]
+    fn connections_are_retired_only_when_asked() {
+        assert_eq!(parse(&[]).max_connection_age(), None);
+        assert_eq!(
+            parse(&["--max-connection-age-seconds", "0"]).max_connection_age(),
+            None
+        );
+        assert_eq!(
+            parse(&["--max-connection-age-seconds", "1800"]).max_connection_age(),
+            Some(MaxConnectionAge(Duration::from_secs(1800)))
         );
     }
 

@@ -148,7 +148,8 @@ impl From<RequestError> for Status {
                         (Code::DeadlineExceeded, Some(current))
                     }
                     WatchError::Read(ReadError::NotSynced) => (Code::Unavailable, None),
-                    WatchError::ShuttingDown { resume_from } => {
+                    WatchError::ShuttingDown { resume_from }
+                    | WatchError::ConnectionRetired { resume_from } => {
                         (Code::Unavailable, Some(resume_from))
                     }
                     WatchError::Lagged { resume_from } => {

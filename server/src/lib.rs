@@ -22,6 +22,7 @@ pub mod paging;
 pub mod projection;
 pub mod reflector;
 pub mod resource;
+pub mod retire;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -42,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
         unready_after: config.unready_after(),
         security: config.security(),
         keepalive: config.keepalive(),
+        max_connection_age: config.max_connection_age(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
     tokio::spawn(async move {

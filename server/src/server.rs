@@ -24,6 +24,7 @@ use crate::{
     metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
+    retire::MaxConnectionAge,
     service::FanoutService,
     store::{HistoryLimits, Store},
     subscription::Limits,
@@ -57,6 +58,9 @@ pub struct ServerOptions {
     pub security: Security,
     /// How accepted connections look for a peer that vanished.
     pub keepalive: Keepalive,
+    /// Connections older than this are retired (`None`: never; see
+    /// [`crate::retire`]).
+    pub max_connection_age: Option<MaxConnectionAge>,
 }
 
 /// How callers are secured. The default is what `--auth=none` on loopback
@@ -294,7 +298,13 @@ pub async fn start(
     let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
         .with_limiter(Limiter::new(options.security.caller_limits));
-    let router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(age) = options.max_connection_age {
+        // GOAWAY at the age; the watches end a little later (see
+        // `crate::retire`), and with them the connection.
+        builder = builder.max_connection_age(age.0);
+    }
+    let router = builder
         .layer(tower::util::option_layer(authenticate))
         .add_service(health_service)
         .add_service(reflection)
@@ -313,12 +323,16 @@ pub async fn start(
         }
         .instrument(info_span!("close-watches")),
     );
-    let (shutdown, keepalive) = (cancel.clone(), options.keepalive);
+    let (shutdown, keepalive, max_age) = (
+        cancel.clone(),
+        options.keepalive,
+        options.max_connection_age,
+    );
     tasks.spawn(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    tls::incoming(listener, tls, keepalive, shutdown.clone()),
+                    tls::incoming(listener, tls, keepalive, max_age, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;

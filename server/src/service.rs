@@ -9,6 +9,7 @@ use kube_fanout_proto::v1::{
     ListResponse, WatchRequest, kube_fanout_server::KubeFanout,
 };
 use kube_fanout_proto::wire::EncodedWatchEvent;
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::{
@@ -24,6 +25,7 @@ use crate::{
     projection::Projection,
     resource::GroupVersionResource,
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
+    tls::ConnInfo,
 };
 
 /// The `kubefanout.v1.KubeFanout` service.
@@ -113,6 +115,7 @@ impl FanoutService {
         &self,
         request: WatchRequest,
         snapshot: Option<Permit>,
+        retire_at: Option<Instant>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let served = self.served(request.resource)?;
         let spec = WatchSpec {
@@ -129,11 +132,12 @@ impl FanoutService {
         };
         let guard = served.subscriber();
         let encoder = self.encoder.clone();
-        let events = subscription::watch_holding(
+        let events = subscription::watch_on(
             served.store.clone(),
             spec,
             self.limits,
             snapshot.map(|permit| Box::new(permit) as SnapshotHold),
+            retire_at,
         );
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
@@ -264,7 +268,11 @@ impl KubeFanout for FanoutService {
             .is_ok_and(|start| start.sends_snapshot(r.send_initial_events))
             .then(|| self.limiter.acquire(&caller, Held::Snapshot))
             .transpose()?;
-        let stream = self.start_watch(request.into_inner(), snapshot)?;
+        let retire_at = request
+            .extensions()
+            .get::<ConnInfo>()
+            .and_then(|c| c.retire_at);
+        let stream = self.start_watch(request.into_inner(), snapshot, retire_at)?;
         Ok(Response::new(Box::pin(grant.guard(stream).holding(watch))))
     }
 
@@ -370,7 +378,13 @@ mod tests {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
-        let watch = || Box::pin(service.start_watch(request("", "1", false), None).unwrap());
+        let watch = || {
+            Box::pin(
+                service
+                    .start_watch(request("", "1", false), None, None)
+                    .unwrap(),
+            )
+        };
         // Far less than the progress interval: ended, not merely ticked.
         let soon = std::time::Duration::from_millis(1);
         let mut open = watch();
@@ -396,12 +410,18 @@ mod tests {
         let service = service(store.clone());
         const SUBSCRIBERS: usize = 100;
         let mut plain: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
+            .map(|_| {
+                Box::pin(
+                    service
+                        .start_watch(request("", "1", false), None, None)
+                        .unwrap(),
+                )
+            })
             .collect();
         // For this one the change is a filter transition: its own DELETED.
         let mut filtered = Box::pin(
             service
-                .start_watch(request("app=x", "1", false), None)
+                .start_watch(request("app=x", "1", false), None, None)
                 .unwrap(),
         );
 
@@ -435,7 +455,11 @@ mod tests {
         assert_eq!(deleted.resource_version, "2");
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
-        let mut snapshot = Box::pin(service.start_watch(request("", "", true), None).unwrap());
+        let mut snapshot = Box::pin(
+            service
+                .start_watch(request("", "", true), None, None)
+                .unwrap(),
+        );
         let added =
             pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().to_bytes()).unwrap();
         assert_eq!(added.r#type(), pb::EventType::Added);
@@ -518,13 +542,19 @@ mod tests {
         };
         const SUBSCRIBERS: usize = 50;
         let mut full: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
+            .map(|_| {
+                Box::pin(
+                    service
+                        .start_watch(request("", "1", false), None, None)
+                        .unwrap(),
+                )
+            })
             .collect();
         let mut metadata: Vec<_> = (0..SUBSCRIBERS)
             .map(|_| {
                 Box::pin(
                     service
-                        .start_watch(metadata_only("1", false), None)
+                        .start_watch(metadata_only("1", false), None, None)
                         .unwrap(),
                 )
             })
@@ -558,7 +588,11 @@ mod tests {
 
         // A snapshot's objects and its end bookmark are PartialObjectMetadata
         // too, as the API server sends them.
-        let mut snapshot = Box::pin(service.start_watch(metadata_only("", true), None).unwrap());
+        let mut snapshot = Box::pin(
+            service
+                .start_watch(metadata_only("", true), None, None)
+                .unwrap(),
+        );
         let added = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
         let end = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
         for object in [&added, &end] {
@@ -615,7 +649,13 @@ mod tests {
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
         let mut streams: Vec<_> = (0..10)
-            .map(|_| Box::pin(service.start_watch(request("", "1", false), None).unwrap()))
+            .map(|_| {
+                Box::pin(
+                    service
+                        .start_watch(request("", "1", false), None, None)
+                        .unwrap(),
+                )
+            })
             .collect();
         store.replace(vec![object("b", 2, "{}")], ResourceVersion(3));
         for stream in &mut streams {

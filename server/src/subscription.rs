@@ -25,7 +25,7 @@
 use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
 use futures::Stream;
-use kube_fanout_proto::INITIAL_EVENTS_END;
+use kube_fanout_proto::{CONNECTION_RETIRED, INITIAL_EVENTS_END};
 use tokio::{
     sync::watch,
     time::{Instant, Sleep},
@@ -168,6 +168,15 @@ pub enum WatchError {
         /// The subscriber's last resume point.
         resume_from: ResourceVersion,
     },
+    /// The subscriber's connection reached its maximum age (see
+    /// [`crate::retire`]): it is to resume on a new one.
+    #[error(
+        "connection retired after its maximum age; resume from resourceVersion {resume_from} on a new connection"
+    )]
+    ConnectionRetired {
+        /// The subscriber's last resume point.
+        resume_from: ResourceVersion,
+    },
     /// The subscriber fell too far behind what it still has to receive,
     /// or so far that the ring dropped events it had not read.
     #[error("subscriber fell behind the event history; resume from resourceVersion {resume_from}")]
@@ -188,6 +197,7 @@ impl WatchError {
             WatchError::Read(ReadError::TooLarge { .. }) => "TooLargeResourceVersion",
             WatchError::Read(ReadError::NotSynced) => "NotSynced",
             WatchError::ShuttingDown { .. } => "ShuttingDown",
+            WatchError::ConnectionRetired { .. } => CONNECTION_RETIRED,
             WatchError::Lagged { .. } => "SubscriberLagged",
         }
     }
@@ -213,8 +223,23 @@ pub fn watch_holding(
     limits: Limits,
     hold: Option<SnapshotHold>,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
+    watch_on(store, spec, limits, hold, None)
+}
+
+/// [`watch_holding`] on a connection retired at `retire_at`, if ever: the
+/// stream then ends with [`WatchError::ConnectionRetired`], at its first
+/// step in the live state from that time on (a snapshot being sent is
+/// finished first).
+pub fn watch_on(
+    store: Arc<Store>,
+    spec: WatchSpec,
+    limits: Limits,
+    hold: Option<SnapshotHold>,
+    retire_at: Option<Instant>,
+) -> impl Stream<Item = Result<Delivery, WatchError>> {
     let mut subscription = Subscription::new(store, spec, limits);
     subscription.snapshot_hold = hold;
+    subscription.retire_at = retire_at;
     futures::stream::unfold(subscription, |mut subscription| async move {
         let item = subscription.next().await?;
         Some((item, subscription))
@@ -230,6 +255,8 @@ pub struct Subscription {
     state: State,
     /// Kept while the snapshot is being sent (see [`watch_holding`]).
     snapshot_hold: Option<SnapshotHold>,
+    /// When the subscriber's connection is retired (see [`watch_on`]).
+    retire_at: Option<Instant>,
 }
 
 /// Something a subscription keeps only while it sends its snapshot.
@@ -324,6 +351,7 @@ impl Subscription {
             limits,
             state: State::Starting,
             snapshot_hold: None,
+            retire_at: None,
         }
     }
 
@@ -382,7 +410,15 @@ impl Subscription {
                 }
                 State::Live(live) => {
                     return Some(
-                        follow(live, &self.store, &self.spec, &self.limits, &mut self.head).await,
+                        follow(
+                            live,
+                            &self.store,
+                            &self.spec,
+                            &self.limits,
+                            &mut self.head,
+                            self.retire_at,
+                        )
+                        .await,
                     );
                 }
             }
@@ -461,9 +497,10 @@ impl Subscription {
             in_unit: false,
             last_sent: now,
             unstamped: false,
-            progress: Box::pin(tokio::time::sleep_until(
+            progress: Box::pin(tokio::time::sleep_until(sooner(
                 now + self.limits.progress_interval,
-            )),
+                self.retire_at,
+            ))),
             lag: LagBound {
                 start_seq: head.seq.max(cursor),
                 start_bytes: head.bytes.max(cursor_bytes),
@@ -482,13 +519,17 @@ impl Subscription {
 }
 
 /// The next live delivery: handles pending ring events, reads more, or
-/// waits for the store to move or close, or the progress timer.
+/// waits for the store to move or close, or the progress timer; ends the
+/// stream at `retire_at`, the connection's retirement, which the progress
+/// timer never passes. (Not kept in [`Live`]: an idle subscriber's memory
+/// is counted, and the subscription has it.)
 async fn follow(
     live: &mut Live,
     store: &Store,
     spec: &WatchSpec,
     limits: &Limits,
     head: &mut watch::Receiver<Head>,
+    retire_at: Option<Instant>,
 ) -> Result<Delivery, WatchError> {
     loop {
         let shutting_down = WatchError::ShuttingDown {
@@ -578,6 +619,11 @@ async fn follow(
                 }
             }
             Wake::Progress => {
+                if retire_at.is_some_and(|at| Instant::now() >= at) {
+                    return Err(WatchError::ConnectionRetired {
+                        resume_from: live.resume_from,
+                    });
+                }
                 let due = live.last_sent + limits.progress_interval;
                 if Instant::now() >= due {
                     // A quiet indexed subscriber catches up with the head
@@ -591,18 +637,24 @@ async fn follow(
                     }
                     live.last_sent = Instant::now();
                     let deadline = live.last_sent + limits.progress_interval;
-                    live.progress.as_mut().reset(deadline);
+                    live.progress.as_mut().reset(sooner(deadline, retire_at));
                     // Never inside a unit: its RV is no resume point yet.
                     if spec.allow_bookmarks && !live.in_unit && live.read_rv > live.resume_from {
                         live.resume_from = live.read_rv;
                         return Ok(bookmark(store, live.read_rv, Marker::None, spec.projection));
                     }
                 } else {
-                    live.progress.as_mut().reset(due);
+                    live.progress.as_mut().reset(sooner(due, retire_at));
                 }
             }
         }
     }
+}
+
+/// The progress timer's deadline: `due`, or the connection's retirement
+/// if that comes first.
+fn sooner(due: Instant, retire_at: Option<Instant>) -> Instant {
+    retire_at.map_or(due, |at| due.min(at))
 }
 
 impl Live {
@@ -928,6 +980,70 @@ pub(crate) mod tests {
         assert_eq!(next(&mut stream, 4).await, None);
         assert_eq!(next(&mut stream, 1).await, Some(5));
         assert_eq!(Instant::now() - sent, Duration::from_millis(20));
+    }
+
+    /// A watch on a retired connection ends at the retirement, not before,
+    /// whatever its progress timer says, with its resume point; one inside
+    /// a snapshot finishes the snapshot first.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_ends_when_its_connection_is_retired_with_its_resume_point() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let limits = Limits {
+            progress_interval: Duration::from_secs(4),
+            ..Limits::default()
+        };
+        let start = Instant::now();
+        let retire_at = start + Duration::from_secs(10);
+        let mut stream = Box::pin(watch_on(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(1)), false),
+            limits,
+            None,
+            Some(retire_at),
+        ));
+        store.apply(EventKind::Modified, object("a", 2, "{}"));
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.resource_version, ResourceVersion(2));
+        // Progress bookmarks come and go; the stream stays until 10 s.
+        tokio::time::advance(Duration::from_secs(7)).await;
+        store.apply(EventKind::Modified, object("a", 3, "{}"));
+        let mut rvs = Vec::new();
+        let ended = loop {
+            match stream.next().await.unwrap() {
+                Ok(delivery) => rvs.push(delivery.resource_version.0),
+                Err(err) => break err,
+            }
+        };
+        assert_eq!(rvs, [3]);
+        assert_eq!(Instant::now(), retire_at);
+        assert_eq!(
+            ended,
+            WatchError::ConnectionRetired {
+                resume_from: ResourceVersion(3)
+            }
+        );
+        assert_eq!(ended.reason(), "ConnectionRetired");
+        assert!(stream.next().await.is_none());
+
+        // Started after its connection's retirement, with a snapshot: the
+        // snapshot and its end bookmark go out, then the stream ends.
+        let mut late = Box::pin(watch_on(
+            store.clone(),
+            WatchSpec {
+                send_initial_events: true,
+                ..spec("", Start::Latest, false)
+            },
+            limits,
+            None,
+            Some(start),
+        ));
+        let mut delivered = Vec::new();
+        while let Some(Ok(delivery)) = late.next().await {
+            delivered.push(delivery.resource_version.0);
+        }
+        assert_eq!(delivered, [3, 3], "the object, then the end bookmark");
+        assert_eq!(Instant::now(), retire_at, "no wait");
     }
 
     #[tokio::test(start_paused = true)]

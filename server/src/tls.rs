@@ -32,6 +32,7 @@ use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::mpsc,
+    time::Instant,
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::{
     auth::{AUTHENTICATED_GROUP, Identity},
     keepalive::Keepalive,
+    retire::MaxConnectionAge,
 };
 
 /// How long a client may take to finish its TLS handshake.
@@ -326,8 +328,15 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// A client connection, plain or TLS.
-pub enum Conn {
+/// A client connection, and when it is retired if connections have a
+/// maximum age.
+pub struct Conn {
+    io: Io,
+    max_age: Option<MaxConnectionAge>,
+}
+
+/// A connection's stream, plain or TLS.
+enum Io {
     /// Plaintext.
     Plain(TcpStream),
     /// After a TLS handshake.
@@ -342,18 +351,25 @@ pub struct ConnInfo {
     pub remote_addr: Option<SocketAddr>,
     /// The user a verified client certificate names.
     pub client_identity: Option<Identity>,
+    /// When the connection's watches end, with a maximum connection age
+    /// (see [`crate::retire`]).
+    pub retire_at: Option<Instant>,
 }
 
 impl Connected for Conn {
     type ConnectInfo = ConnInfo;
 
+    /// Called once, as tonic starts serving the connection (and starts
+    /// counting its age); every request on it gets a copy.
     fn connect_info(&self) -> ConnInfo {
-        match self {
-            Conn::Plain(tcp) => ConnInfo {
+        let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
+        match &self.io {
+            Io::Plain(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 client_identity: None,
+                retire_at,
             },
-            Conn::Tls(tls) => {
+            Io::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
                     remote_addr: tcp.peer_addr().ok(),
@@ -362,6 +378,7 @@ impl Connected for Conn {
                         .peer_certificates()
                         .and_then(|chain| chain.first())
                         .and_then(|leaf| certificate_identity(leaf)),
+                    retire_at,
                 }
             }
         }
@@ -388,28 +405,28 @@ pub fn certificate_identity(der: &CertificateDer<'_>) -> Option<Identity> {
     })
 }
 
-impl AsyncRead for Conn {
+impl AsyncRead for Io {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Conn::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for Conn {
+impl AsyncWrite for Io {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -419,41 +436,82 @@ impl AsyncWrite for Conn {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Conn::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            Conn::Plain(s) => s.is_write_vectored(),
-            Conn::Tls(s) => s.is_write_vectored(),
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
-            Conn::Tls(s) => Pin::new(s).poll_flush(cx),
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
 
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
 /// The connections accepted on `listener` until `cancel` fires, each with
-/// `keepalive` set; with TLS, each handshake runs in its own task (a slow
-/// client delays no other) and one that fails or times out is logged and
-/// dropped.
+/// `keepalive` set and retired at `max_age` if given; with TLS, each
+/// handshake runs in its own task (a slow client delays no other) and one
+/// that fails or times out is logged and dropped.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     keepalive: Keepalive,
+    max_age: Option<MaxConnectionAge>,
     cancel: CancellationToken,
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
@@ -485,7 +543,11 @@ pub fn incoming(
                     warn!(error = %err, %peer, "TCP keepalive not set");
                 }
                 let Some(acceptor) = tls.clone() else {
-                    if tx.send(Ok(Conn::Plain(tcp))).await.is_err() {
+                    let conn = Conn {
+                        io: Io::Plain(tcp),
+                        max_age,
+                    };
+                    if tx.send(Ok(conn)).await.is_err() {
                         return;
                     }
                     continue;
@@ -495,7 +557,11 @@ pub fn incoming(
                     async move {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(tls)) => {
-                                let _ = tx.send(Ok(Conn::Tls(Box::new(tls)))).await;
+                                let conn = Conn {
+                                    io: Io::Tls(Box::new(tls)),
+                                    max_age,
+                                };
+                                let _ = tx.send(Ok(conn)).await;
                             }
                             Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
                             Err(_) => debug!("TLS handshake timed out"),
@@ -521,8 +587,12 @@ mod tests {
     /// The socket under an accepted connection.
     fn socket(conn: &Conn) -> &TcpStream {
         match conn {
-            Conn::Plain(tcp) => tcp,
-            Conn::Tls(tls) => tls.get_ref().0,
+            Conn {
+                io: Io::Plain(tcp), ..
+            } => tcp,
+            Conn {
+                io: Io::Tls(tls), ..
+            } => tls.get_ref().0,
         }
     }
 
@@ -555,10 +625,10 @@ mod tests {
             socket.keepalive().unwrap()
                 && socket.tcp_keepalive_time().unwrap() == Duration::from_secs(11)
         };
-        let mut conns = Box::pin(incoming(plain, None, keepalive, cancel.clone()));
+        let mut conns = Box::pin(incoming(plain, None, keepalive, None, cancel.clone()));
         let _client = TcpStream::connect(plain_addr).await.unwrap();
         let conn = conns.next().await.unwrap().unwrap();
-        assert!(matches!(conn, Conn::Plain(_)));
+        assert!(matches!(conn.io, Io::Plain(_)));
         assert!(socket(&conn).nodelay().unwrap(), "plain: Nagle is on");
         assert!(probing(&conn), "plain: no keepalive");
 
@@ -568,6 +638,7 @@ mod tests {
             secure,
             Some(acceptor(&files).unwrap()),
             keepalive,
+            None,
             cancel.clone(),
         ));
         let mut roots = RootCertStore::empty();
@@ -586,7 +657,7 @@ mod tests {
         let (client, conn) = tokio::join!(client, conns.next());
         client.unwrap();
         let conn = conn.unwrap().unwrap();
-        assert!(matches!(conn, Conn::Tls(_)));
+        assert!(matches!(conn.io, Io::Tls(_)));
         assert!(socket(&conn).nodelay().unwrap(), "TLS: Nagle is on");
         assert!(probing(&conn), "TLS: no keepalive");
         cancel.cancel();

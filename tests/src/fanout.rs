@@ -56,6 +56,7 @@ impl Fanout {
             unready_after: None,
             security: Security::default(),
             keepalive: Keepalive::default(),
+            max_connection_age: None,
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await

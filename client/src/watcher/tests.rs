@@ -256,6 +256,47 @@ async fn a_broken_stream_resumes_after_the_last_rv_seen_even_a_bookmark() {
     assert_eq!(*script.reconnects.lock().unwrap(), 2);
 }
 
+/// A watch whose connection the server retired resumes at once, on the
+/// same server, from its last resourceVersion: no backoff, no failover.
+#[tokio::test(start_paused = true)]
+async fn a_retired_connection_resumes_at_once_on_the_same_server() {
+    let retired = <Status as tonic_types::StatusExt>::with_error_details(
+        Code::Unavailable,
+        "connection retired after its maximum age",
+        tonic_types::ErrorDetails::with_error_info(
+            CONNECTION_RETIRED,
+            "kube-fanout.io",
+            [("resourceVersion".to_owned(), "6".to_owned())],
+        ),
+    );
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            modified("a", 6),
+            Step::Fail(retired),
+        ]),
+        Session::Stream(vec![modified("a", 7)]),
+    ]);
+    let seen: Vec<String> = first(&script, 5).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Apply a@6",
+            "Apply a@7"
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("6".into(), false)]
+    );
+    assert_eq!(script.gaps(), [Duration::ZERO], "no backoff");
+    assert_eq!(*script.reconnects.lock().unwrap(), 0, "no failover");
+}
+
 #[tokio::test(start_paused = true)]
 async fn backoff_doubles_to_30s_and_starts_over_after_two_healthy_minutes() {
     let mut sessions: Vec<Session> = (0..8)

@@ -29,7 +29,7 @@ binary's own defaults stay the defaults.
 {{- if .keepManagedFields }}
 - "--keep-managed-fields"
 {{- end }}
-{{- $numeric := dict "historyEvents" "history-events" "historySeconds" "history-seconds" "progressBookmarkSeconds" "progress-bookmark-seconds" "maxLagEvents" "max-lag-events" "maxLagBytes" "max-lag-bytes" "freshnessTimeoutMs" "freshness-timeout-ms" "minSendIntervalMs" "min-send-interval-ms" "keepaliveSeconds" "keepalive-seconds" "keepaliveTimeoutSeconds" "keepalive-timeout-seconds" "pageSize" "page-size" "minWatchTimeoutSeconds" "min-watch-timeout-seconds" "maxInternalErrorRetrySeconds" "max-internal-error-retry-seconds" "unreadyAfterSeconds" "unready-after-seconds" }}
+{{- $numeric := dict "historyEvents" "history-events" "historySeconds" "history-seconds" "progressBookmarkSeconds" "progress-bookmark-seconds" "maxLagEvents" "max-lag-events" "maxLagBytes" "max-lag-bytes" "freshnessTimeoutMs" "freshness-timeout-ms" "minSendIntervalMs" "min-send-interval-ms" "maxConnectionAgeSeconds" "max-connection-age-seconds" "keepaliveSeconds" "keepalive-seconds" "keepaliveTimeoutSeconds" "keepalive-timeout-seconds" "pageSize" "page-size" "minWatchTimeoutSeconds" "min-watch-timeout-seconds" "maxInternalErrorRetrySeconds" "max-internal-error-retry-seconds" "unreadyAfterSeconds" "unready-after-seconds" }}
 {{- range $key := keys $numeric | sortAlpha }}
 {{- $value := get $.Values.config $key }}
 {{- if not (kindIs "invalid" $value) }}

@@ -1,27 +1,39 @@
+//! Connections over their lifetime, on the real API server.
+//!
 //! A subscriber whose peer vanished without closing its connection (a lost
 //! node, a partition) is found by TCP keepalive and dropped with its
 //! watches, whether its stream was quiet or busy; a live subscriber on an
-//! idle connection stays.
+//! idle connection stays. The vanished peer is a client socket with a
+//! socket filter that drops every segment arriving for it: its kernel then
+//! answers nothing (no ACK, no RST), as a peer that is gone. No root and no
+//! firewall rule needed.
 //!
-//! The vanished peer is a client socket with a socket filter that drops
-//! every segment arriving for it: its kernel then answers nothing (no ACK,
-//! no RST), as a peer that is gone. No root and no firewall rule needed.
+//! A connection older than the maximum age is retired: its watch ends with
+//! the resourceVersion to resume from, and resuming from it on the same
+//! channel goes over a new connection and misses and repeats nothing.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
 use hyper_util::rt::TokioIo;
-use kube_fanout::keepalive::Keepalive;
-use kube_fanout_proto::v1::{WatchEvent, kube_fanout_client::KubeFanoutClient};
+use kube_fanout::{keepalive::Keepalive, retire::MaxConnectionAge};
+use kube_fanout_proto::v1::{
+    EventType, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
+};
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use socket2::{SockFilter, Socket};
+use tokio::net::TcpStream;
 use tonic::{
     Streaming,
     transport::{Channel, Endpoint},
 };
+use tonic_types::StatusExt;
 
 /// Classic BPF: `ret #0`, keep no byte of any packet (drop it).
 const DROP_ALL: [SockFilter; 1] = [SockFilter::new(0x06, 0, 0, 0)];
@@ -124,5 +136,92 @@ async fn vanished_subscribers_are_dropped_quiet_or_busy_and_a_quiet_live_one_sta
         "the live watch's next event is the new object"
     );
     assert_eq!(subscribers(&fanout).await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_connection_is_retired_and_its_watch_resumes_exactly_on_a_new_one() -> Result<()> {
+    kube_fanout_tests::init_logging();
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "aging").await?;
+    let age = MaxConnectionAge(Duration::from_secs(2));
+    let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
+        o.max_connection_age = Some(age);
+    })
+    .await?;
+    let dials = Arc::new(AtomicUsize::new(0));
+    let (addr, counted) = (fanout.addr, dials.clone());
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_with_connector(tower::service_fn(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, std::io::Error>(TokioIo::new(TcpStream::connect(addr).await?)) }
+        }))
+        .await?;
+    let mut client = KubeFanoutClient::new(channel);
+    let connected = tokio::time::Instant::now();
+    let mut stream = client.watch(watch_list("aging")).await?.into_inner();
+    read_snapshot(&mut stream).await?;
+
+    // A change every 200 ms, until well past the retirement (2 s, then up
+    // to a tenth more, plus tonic's second).
+    let writer = tokio::spawn({
+        let client = cp.client.clone();
+        async move {
+            let mut rvs = Vec::new();
+            for i in 0..25 {
+                let cm = create_configmap(&client, "aging", &format!("cm-{i}"), "v").await?;
+                rvs.push(cm.metadata.resource_version.context("no resourceVersion")?);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            anyhow::Ok(rvs)
+        }
+    });
+    let mut seen = Vec::new();
+    let status = loop {
+        let next = tokio::time::timeout(Duration::from_secs(15), stream.message());
+        match next
+            .await
+            .context("the watch was not retired within 15 s")?
+        {
+            Ok(Some(event)) if event.r#type() == EventType::Bookmark => {}
+            Ok(Some(event)) => seen.push(event.resource_version),
+            Ok(None) => bail!("the watch ended without a status"),
+            Err(status) => break status,
+        }
+    };
+    let lived = connected.elapsed();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let info = status.get_details_error_info().context("no ErrorInfo")?;
+    assert_eq!(info.reason, "ConnectionRetired");
+    let resume = info.metadata["resourceVersion"].clone();
+    assert_eq!(Some(&resume), seen.last(), "resume from the last event");
+    assert!(
+        // Connected a moment after the server started counting.
+        lived >= Duration::from_millis(2_900) && lived < Duration::from_secs(5),
+        "retired after {lived:?}"
+    );
+    println!("retired after {lived:?}, {} events in", seen.len());
+
+    let mut resumed = client
+        .watch(WatchRequest {
+            resource_version: resume,
+            send_initial_events: false,
+            ..watch_list("aging")
+        })
+        .await?
+        .into_inner();
+    let written = writer.await??;
+    while seen.len() < written.len() {
+        seen.push(next_change(&mut resumed).await?.resource_version);
+    }
+    assert_eq!(
+        seen, written,
+        "every change once, in order, across the move"
+    );
+    assert_eq!(
+        dials.load(Ordering::SeqCst),
+        2,
+        "the resumed watch is on a new connection"
+    );
     Ok(())
 }
