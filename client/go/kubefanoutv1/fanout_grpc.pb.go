@@ -73,6 +73,13 @@ type KubeFanoutClient interface {
 	// OUT_OF_RANGE, ErrorInfo reason "Expired": the replica no longer holds
 	// the history, or the resourceVersion lies inside a re-sync gap it cannot
 	// replay exactly. Then take a new snapshot.
+	//
+	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
+	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
+	// another replica) or retires the connection at its maximum age
+	// ("ConnectionRetired", only with --max-connection-age-seconds: resume at
+	// once; the server sent GOAWAY first, so the resumed watch goes over a
+	// new connection, which may reach another replica).
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	// List returns a consistent snapshot of one resource type.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
@@ -183,6 +190,13 @@ type KubeFanoutServer interface {
 	// OUT_OF_RANGE, ErrorInfo reason "Expired": the replica no longer holds
 	// the history, or the resourceVersion lies inside a re-sync gap it cannot
 	// replay exactly. Then take a new snapshot.
+	//
+	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
+	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
+	// another replica) or retires the connection at its maximum age
+	// ("ConnectionRetired", only with --max-connection-age-seconds: resume at
+	// once; the server sent GOAWAY first, so the resumed watch goes over a
+	// new connection, which may reach another replica).
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	// List returns a consistent snapshot of one resource type.
 	List(context.Context, *ListRequest) (*ListResponse, error)
