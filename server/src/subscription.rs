@@ -212,24 +212,14 @@ pub fn watch(
     spec: WatchSpec,
     limits: Limits,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    watch_holding(store, spec, limits, None)
+    watch_on(store, spec, limits, None, None)
 }
 
 /// [`watch`], keeping `hold` (say a per-caller snapshot permit) until the
-/// snapshot has been sent, or dropping it at once if there is none.
-pub fn watch_holding(
-    store: Arc<Store>,
-    spec: WatchSpec,
-    limits: Limits,
-    hold: Option<SnapshotHold>,
-) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    watch_on(store, spec, limits, hold, None)
-}
-
-/// [`watch_holding`] on a connection retired at `retire_at`, if ever: the
-/// stream then ends with [`WatchError::ConnectionRetired`], at its first
-/// step in the live state from that time on (a snapshot being sent is
-/// finished first).
+/// snapshot has been sent, or dropping it at once if there is none, on a
+/// connection retired at `retire_at`, if ever: the stream then ends with
+/// [`WatchError::ConnectionRetired`], at its first step in the live state
+/// from that time on (a snapshot being sent is finished first).
 pub fn watch_on(
     store: Arc<Store>,
     spec: WatchSpec,
@@ -253,7 +243,7 @@ pub struct Subscription {
     limits: Limits,
     head: watch::Receiver<Head>,
     state: State,
-    /// Kept while the snapshot is being sent (see [`watch_holding`]).
+    /// Kept while the snapshot is being sent (see [`watch_on`]).
     snapshot_hold: Option<SnapshotHold>,
     /// When the subscriber's connection is retired (see [`watch_on`]).
     retire_at: Option<Instant>,
