@@ -35,7 +35,7 @@ use tokio::{
     time::Instant,
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{either::Either, sync::CancellationToken};
 use tonic::transport::server::Connected;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -335,13 +335,10 @@ pub struct Conn {
     max_age: Option<MaxConnectionAge>,
 }
 
-/// A connection's stream, plain or TLS.
-enum Io {
-    /// Plaintext.
-    Plain(TcpStream),
-    /// After a TLS handshake.
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// A connection's stream: plain (`Left`) or after a TLS handshake
+/// (`Right`). tokio-util's `Either` forwards every read and write,
+/// vectored writes included.
+type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// What the gRPC layers learn about a connection (in each request's
 /// extensions).
@@ -364,12 +361,12 @@ impl Connected for Conn {
     fn connect_info(&self) -> ConnInfo {
         let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
         match &self.io {
-            Io::Plain(tcp) => ConnInfo {
+            Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 client_identity: None,
                 retire_at,
             },
-            Io::Tls(tls) => {
+            Either::Right(tls) => {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
                     remote_addr: tcp.peer_addr().ok(),
@@ -403,64 +400,6 @@ pub fn certificate_identity(der: &CertificateDer<'_>) -> Option<Identity> {
         groups,
         ..Identity::default()
     })
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
 }
 
 impl AsyncRead for Conn {
@@ -544,7 +483,7 @@ pub fn incoming(
                 }
                 let Some(acceptor) = tls.clone() else {
                     let conn = Conn {
-                        io: Io::Plain(tcp),
+                        io: Either::Left(tcp),
                         max_age,
                     };
                     if tx.send(Ok(conn)).await.is_err() {
@@ -558,7 +497,7 @@ pub fn incoming(
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                             Ok(Ok(tls)) => {
                                 let conn = Conn {
-                                    io: Io::Tls(Box::new(tls)),
+                                    io: Either::Right(Box::new(tls)),
                                     max_age,
                                 };
                                 let _ = tx.send(Ok(conn)).await;
@@ -588,10 +527,12 @@ mod tests {
     fn socket(conn: &Conn) -> &TcpStream {
         match conn {
             Conn {
-                io: Io::Plain(tcp), ..
+                io: Either::Left(tcp),
+                ..
             } => tcp,
             Conn {
-                io: Io::Tls(tls), ..
+                io: Either::Right(tls),
+                ..
             } => tls.get_ref().0,
         }
     }
@@ -628,7 +569,7 @@ mod tests {
         let mut conns = Box::pin(incoming(plain, None, keepalive, None, cancel.clone()));
         let _client = TcpStream::connect(plain_addr).await.unwrap();
         let conn = conns.next().await.unwrap().unwrap();
-        assert!(matches!(conn.io, Io::Plain(_)));
+        assert!(matches!(conn.io, Either::Left(_)));
         assert!(socket(&conn).nodelay().unwrap(), "plain: Nagle is on");
         assert!(probing(&conn), "plain: no keepalive");
 
@@ -657,7 +598,7 @@ mod tests {
         let (client, conn) = tokio::join!(client, conns.next());
         client.unwrap();
         let conn = conn.unwrap().unwrap();
-        assert!(matches!(conn.io, Io::Tls(_)));
+        assert!(matches!(conn.io, Either::Right(_)));
         assert!(socket(&conn).nodelay().unwrap(), "TLS: Nagle is on");
         assert!(probing(&conn), "TLS: no keepalive");
         cancel.cancel();
