@@ -4,6 +4,7 @@
 
 use std::{
     fmt,
+    net::IpAddr,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
@@ -142,6 +143,7 @@ pub struct ClientConfig {
     addresses: Vec<String>,
     tls: Option<ClientTlsConfig>,
     token: Option<Credential>,
+    insecure_plaintext_token: bool,
     compression: Option<CompressionEncoding>,
 }
 
@@ -194,6 +196,17 @@ impl ClientConfig {
         self
     }
 
+    /// Sends the bearer token even over plaintext to an address that is
+    /// not loopback, where anyone on the path reads it and can replay it
+    /// to kube-fanout (and, for a token of the API server's own audience,
+    /// to the API server). Without it, [`build`](Self::build) refuses a
+    /// token with a plaintext address other than 127.0.0.0/8, ::1 or
+    /// localhost.
+    pub fn insecure_plaintext_token(mut self) -> Self {
+        self.insecure_plaintext_token = true;
+        self
+    }
+
     /// Asks the server to compress what it sends with `encoding` (gzip or
     /// zstd), negotiated per call: worth it for large snapshots over slow
     /// links, at the CPU cost of compressing on the server and
@@ -214,6 +227,9 @@ impl ClientConfig {
             .iter()
             .map(|addr| endpoint(addr, self.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        if self.token.is_some() && !self.insecure_plaintext_token {
+            refuse_plaintext_token(&self.addresses, &endpoints)?;
+        }
         let token = match &self.token {
             Some(Credential::Token(token)) => BearerToken::new(token)?,
             Some(Credential::File(path)) => BearerToken::from_file(path)?,
@@ -272,6 +288,30 @@ fn endpoint(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Clien
         }),
         None => Ok(endpoint),
     }
+}
+
+/// A token goes over TLS, or in plaintext only to this machine.
+fn refuse_plaintext_token(addresses: &[String], endpoints: &[Endpoint]) -> Result<(), ClientError> {
+    for (addr, endpoint) in addresses.iter().zip(endpoints) {
+        let uri = endpoint.uri();
+        if uri.scheme_str() != Some("https") && !uri.host().is_some_and(is_loopback) {
+            return Err(ClientError::PlaintextToken { addr: addr.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `host` (as a URI writes it, an IPv6 address in brackets) is
+/// this machine: 127.0.0.0/8, ::1 (IPv4-mapped included) or localhost.
+fn is_loopback(host: &str) -> bool {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical().is_loopback())
 }
 
 #[derive(Debug)]
@@ -541,6 +581,63 @@ mod tests {
             .to_str()
             .unwrap()
             .to_owned()
+    }
+
+    // A runtime for connect_lazy; nothing connects.
+    #[tokio::test]
+    async fn a_token_goes_in_plaintext_only_to_loopback_unless_insecure() {
+        let build = |addr: &str| ClientConfig::new([addr]).bearer_token("t").build();
+        for local in [
+            "127.0.0.1:50051",
+            "127.3.4.5:1",
+            "http://127.0.0.1:50051",
+            "[::1]:50051",
+            "http://[::1]:50051",
+            "[::ffff:127.0.0.1]:1",
+            "localhost:50051",
+            "http://LocalHost:1",
+        ] {
+            build(local).unwrap_or_else(|e| panic!("{local}: {e}"));
+        }
+        for remote in [
+            "10.0.0.1:50051",
+            "http://kf.fanout.svc:50051",
+            "[2001:db8::1]:50051",
+            "localhost.example.com:1",
+            "128.0.0.1:1",
+        ] {
+            let err = build(remote).unwrap_err();
+            assert!(
+                matches!(&err, ClientError::PlaintextToken { addr } if addr == remote),
+                "{remote}: {err}"
+            );
+            assert!(
+                err.to_string().contains("--insecure-plaintext-token"),
+                "{err}"
+            );
+        }
+        // One remote plaintext address among TLS ones is enough to refuse.
+        let mixed = ClientConfig::new(["https://a:1", "b:1"])
+            .bearer_token("t")
+            .build()
+            .unwrap_err();
+        assert!(matches!(mixed, ClientError::PlaintextToken { addr } if addr == "b:1"));
+        // TLS, no token, or the explicit opt-out: allowed.
+        ClientConfig::new(["https://kf.fanout.svc:50051"])
+            .bearer_token("t")
+            .build()
+            .unwrap();
+        ClientConfig::new(["kf.fanout.svc:50051"])
+            .tls(ClientTlsConfig::new())
+            .bearer_token("t")
+            .build()
+            .unwrap();
+        ClientConfig::new(["kf.fanout.svc:50051"]).build().unwrap();
+        ClientConfig::new(["kf.fanout.svc:50051"])
+            .bearer_token("t")
+            .insecure_plaintext_token()
+            .build()
+            .unwrap();
     }
 
     #[test]

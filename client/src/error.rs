@@ -39,6 +39,14 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// A bearer token would go in plaintext to another machine.
+    #[error(
+        "refusing to send the bearer token in plaintext to {addr}, which is not a loopback address: use TLS (an https:// address or TLS settings), or, knowing that anyone on the path can read and replay it, ClientConfig::insecure_plaintext_token (kubectl-fanout --insecure-plaintext-token)"
+    )]
+    PlaintextToken {
+        /// The address.
+        addr: String,
+    },
     /// No server could be reached.
     #[error("cannot connect to kube-fanout at {addr}: {source}")]
     Connect {

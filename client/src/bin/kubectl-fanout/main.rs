@@ -78,11 +78,16 @@ struct Cli {
     tls: bool,
     /// PEM file of the CA that signed the server's certificate (default:
     /// the system's roots).
-    #[arg(long, global = true)]
+    #[arg(long, env = "KUBE_FANOUT_CA_FILE", global = true)]
     ca_file: Option<std::path::PathBuf>,
     /// Name to verify the server's certificate against.
     #[arg(long, global = true)]
     tls_server_name: Option<String>,
+    /// Send the bearer token even in plaintext to a server that is not on
+    /// loopback, where anyone on the path can read and replay it. Without
+    /// it a token goes only over TLS or to 127.0.0.0/8, ::1 and localhost.
+    #[arg(long, global = true)]
+    insecure_plaintext_token: bool,
     /// Ask the server to compress what it sends (a large list over a slow
     /// link moves fewer bytes, at some CPU on both ends).
     #[arg(
@@ -207,6 +212,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
     }
     match err.downcast_ref::<ClientError>() {
         Some(e) if e.is_unreachable() => 3,
+        Some(ClientError::PlaintextToken { .. }) => 2,
         Some(ClientError::Status(s)) if s.code() == tonic::Code::NotFound => 5,
         _ => 1,
     }
@@ -313,13 +319,20 @@ async fn connect(cli: &Cli) -> Result<Client> {
     } else if let Some(path) = &credentials.token_file {
         config = config.bearer_token_file(path);
     }
+    if cli.insecure_plaintext_token {
+        config = config.insecure_plaintext_token();
+    }
     config = match cli.compression {
         Compression::None => config,
         Compression::Gzip => config.accept_compressed(CompressionEncoding::Gzip),
         Compression::Zstd => config.accept_compressed(CompressionEncoding::Zstd),
     };
     let client = config.connect().await.map_err(|e| {
-        anyhow!(e).context("is kube-fanout running there? Set --server or KUBE_FANOUT_SERVER")
+        if e.is_unreachable() {
+            anyhow!(e).context("is kube-fanout running there? Set --server or KUBE_FANOUT_SERVER")
+        } else {
+            anyhow!(e)
+        }
     })?;
     Ok(client)
 }
@@ -511,4 +524,38 @@ async fn list(
     Err(anyhow!(
         "the server ended the stream before the end of the snapshot"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flags with `extra`, the token given and the server on 0.0.0.0
+    /// (not loopback, yet a connection to it fails at once on this
+    /// machine, with no network).
+    fn cli(extra: &[&str]) -> Cli {
+        let mut args = vec!["kubectl-fanout", "--server", "0.0.0.0:1", "--token", "t"];
+        args.extend_from_slice(extra);
+        args.push("resources");
+        Cli::parse_from(args)
+    }
+
+    #[tokio::test]
+    async fn a_token_goes_in_plaintext_to_another_machine_only_when_insecure() {
+        let refused = connect(&cli(&[])).await.unwrap_err();
+        assert_eq!(exit_code(&refused), 2, "{refused:#}");
+        let message = format!("{refused:#}");
+        assert!(
+            message.contains("refusing to send the bearer token in plaintext to 0.0.0.0:1")
+                && message.contains("--insecure-plaintext-token")
+                && !message.contains("is kube-fanout running there"),
+            "{message}"
+        );
+        // With the flag it is sent: the connection is attempted (and fails,
+        // nothing listens there).
+        let unreachable = connect(&cli(&["--insecure-plaintext-token"]))
+            .await
+            .unwrap_err();
+        assert_eq!(exit_code(&unreachable), 3, "{unreachable:#}");
+    }
 }
