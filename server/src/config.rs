@@ -217,9 +217,21 @@ pub struct Config {
     pub auth: AuthMode,
 
     /// With --auth=none, listen on a non-loopback address anyway: every
-    /// caller who reaches the port reads every served object.
+    /// caller who reaches the port reads every served object. Likewise for
+    /// unauthenticated metrics (--auth=none or --metrics-auth=none) on a
+    /// non-loopback --metrics-listen.
     #[arg(long, env = "KUBE_FANOUT_INSECURE_ALLOW_UNAUTHENTICATED")]
     pub insecure_allow_unauthenticated: bool,
+
+    /// `kubernetes` (with --auth=kubernetes): a scrape of /metrics needs a
+    /// bearer token that --auth-token-audiences accepts, whose user may
+    /// `get` the non-resource URL /metrics (SubjectAccessReview), as
+    /// controller-runtime's secure metrics. `none`: anyone who reaches
+    /// --metrics-listen reads the metrics (only on loopback unless
+    /// --insecure-allow-unauthenticated). Metrics are served over TLS
+    /// whenever --tls-cert-file is set.
+    #[arg(long, value_enum, default_value_t = AuthMode::Kubernetes, env = "KUBE_FANOUT_METRICS_AUTH")]
+    pub metrics_auth: AuthMode,
 
     /// Audiences a bearer token must be for (comma-separated), e.g. the one
     /// a projected ServiceAccount token is minted for. Unset: the API
@@ -340,6 +352,7 @@ impl Config {
                     allowed: secs(self.authz_allowed_cache_ttl_seconds),
                     denied: secs(self.authz_denied_cache_ttl_seconds),
                 },
+                metrics: self.metrics_auth == AuthMode::Kubernetes,
                 ..AuthOptions::default()
             }),
             allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
@@ -396,6 +409,9 @@ mod tests {
         assert!(security.auth.is_some());
         assert!(security.tls.is_none());
         assert!(parse(&["--auth", "none"]).security().auth.is_none());
+        assert!(security.auth.as_ref().unwrap().metrics);
+        let open_metrics = parse(&["--metrics-auth", "none"]).security();
+        assert!(!open_metrics.auth.expect("gRPC auth stays on").metrics);
         let tls = parse(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).security();
         assert_eq!(tls.tls.unwrap().key, PathBuf::from("k"));
         let err = Config::try_parse_from([

@@ -94,7 +94,9 @@ impl From<AuthError> for Status {
             | AuthError::MalformedHeader
             | AuthError::HeaderTooLarge { .. }
             | AuthError::InvalidToken(_) => Status::unauthenticated(message),
-            AuthError::Denied { .. } => Status::permission_denied(message),
+            AuthError::Denied { .. } | AuthError::NonResourceDenied { .. } => {
+                Status::permission_denied(message)
+            }
             // Fail closed: unknown is no, and the caller may retry.
             AuthError::Unavailable { .. } => Status::unavailable(message),
             AuthError::LimitExceeded { .. } => Status::resource_exhausted(message),

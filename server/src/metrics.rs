@@ -3,8 +3,17 @@
 //! published, watches ended by error, the reflector's lists, watches and
 //! failures). Nothing is
 //! counted twice: the store's ring position is the events counter.
+//!
+//! Served over TLS when the gRPC port is (the same certificate), and with
+//! authentication on only to bearer tokens whose user may `get` the
+//! non-resource URL `/metrics` ([`HttpAccess`]), as controller-runtime's
+//! secure metrics: the counts say which types are served and how busy
+//! they are.
 
-use std::{fmt, sync::Arc};
+use std::{fmt, io, net::SocketAddr, pin::Pin, sync::Arc};
+
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
 
 use prometheus_client::{
     collector::Collector,
@@ -13,12 +22,20 @@ use prometheus_client::{
     registry::Registry,
 };
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Connected;
 
 use crate::{
+    auth::{
+        http_access::{HttpAccess, http_status},
+        reviews::NonResourceAttributes,
+    },
     cache::{Cache, Served},
+    keepalive::Keepalive,
     reflector::ReflectorStatus,
     store::StoreStatus,
+    tls::{self, Conn},
 };
 
 /// Reads every served type's state when scraped.
@@ -198,27 +215,94 @@ pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
 /// The content type of the OpenMetrics text format `render` writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves `GET /metrics` on `listener` until `cancel` fires.
+/// What a scraper must be allowed: RBAC's `nonResourceURLs: ["/metrics"]`,
+/// `verbs: ["get"]`.
+pub const SCRAPE: NonResourceAttributes = NonResourceAttributes {
+    verb: "get",
+    path: "/metrics",
+};
+
+/// Serves `GET /metrics` on `listener` until `cancel` fires: over TLS with
+/// `tls`, and only to callers `access` lets through if given.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    access: Option<HttpAccess>,
     registry: Registry,
     cancel: CancellationToken,
-) -> std::io::Result<()> {
+) -> io::Result<()> {
     let registry = Arc::new(registry);
     let app = axum::Router::new().route(
         "/metrics",
-        axum::routing::get(move || {
-            let registry = registry.clone();
+        axum::routing::get(move |headers: http::HeaderMap| {
+            let (registry, access) = (registry.clone(), access.clone());
             async move {
-                render(&registry)
-                    .map(|text| ([(http::header::CONTENT_TYPE, OPENMETRICS)], text))
-                    .map_err(|_| http::StatusCode::INTERNAL_SERVER_ERROR)
+                if let Some(access) = access
+                    && let Err(err) = access.check(&headers, SCRAPE).await
+                {
+                    tracing::debug!(error = %err, "scrape refused");
+                    return refusal(&err);
+                }
+                match render(&registry) {
+                    Ok(text) => ([(http::header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+                    Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                }
             }
         }),
     );
-    axum::serve(listener, app)
+    // The gRPC listener's accept loop: TLS handshakes in their own tasks,
+    // bounded in time, so a slow client holds up no scrape.
+    let connections = Connections(Box::pin(tls::incoming(
+        listener,
+        tls,
+        Keepalive::default(),
+        None,
+        cancel.clone(),
+    )));
+    axum::serve(connections, app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
+}
+
+/// The answer to a refused scrape: 401 (with the challenge RFC 6750 asks
+/// for), 403, or 503, and the reason.
+fn refusal(err: &crate::auth::AuthError) -> Response {
+    let status = http_status(err);
+    let mut response = (status, format!("{err}\n")).into_response();
+    if status == http::StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+/// Accepted connections, plain or TLS, as axum takes them.
+struct Connections(Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>);
+
+impl axum::serve::Listener for Connections {
+    type Io = Conn;
+    type Addr = Option<SocketAddr>;
+
+    async fn accept(&mut self) -> (Conn, Option<SocketAddr>) {
+        loop {
+            match self.0.next().await {
+                Some(Ok(conn)) => {
+                    let peer = conn.connect_info().remote_addr;
+                    return (conn, peer);
+                }
+                Some(Err(err)) => tracing::debug!(error = %err, "metrics connection failed"),
+                // Cancelled: the graceful shutdown, on the same token, ends
+                // the server.
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Option<SocketAddr>> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

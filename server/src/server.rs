@@ -13,7 +13,8 @@ use crate::{
     auth::{
         Access, Authenticator, Authorizer,
         authn::TokenCacheTtl,
-        authz::DecisionCacheTtl,
+        authz::{DecisionCacheTtl, NonResourceAuthorizer},
+        http_access::HttpAccess,
         layer::AuthenticateLayer,
         limits::{CallerLimits, Limiter},
         reviews::KubeReviews,
@@ -72,7 +73,8 @@ pub struct Security {
     pub tls: Option<TlsFiles>,
     /// Authenticate and authorize every request; `None` is `--auth=none`.
     pub auth: Option<AuthOptions>,
-    /// With `auth: None`, listen on a non-loopback address all the same
+    /// Without authentication (`auth: None`, or metrics not
+    /// authenticated), listen on a non-loopback address all the same
     /// (`--insecure-allow-unauthenticated`).
     pub allow_unauthenticated_remote: bool,
     /// What each caller may hold open (default: no bound).
@@ -90,6 +92,10 @@ pub struct AuthOptions {
     pub decision_ttl: DecisionCacheTtl,
     /// How long one review may take before the request fails UNAVAILABLE.
     pub review_timeout: Duration,
+    /// Scrapes of `/metrics` authenticated (the same tokens as gRPC
+    /// callers) and authorized (`get` on the non-resource URL); false is
+    /// `--metrics-auth=none`.
+    pub metrics: bool,
 }
 
 impl Default for AuthOptions {
@@ -108,6 +114,7 @@ impl Default for AuthOptions {
                 denied: Duration::from_secs(30),
             },
             review_timeout: Duration::from_secs(10),
+            metrics: true,
         }
     }
 }
@@ -142,6 +149,11 @@ pub enum ServeError {
         "refusing to serve without authentication on {0}, which is not a loopback address: remove --auth=none, or add --insecure-allow-unauthenticated"
     )]
     Unauthenticated(SocketAddr),
+    /// Unauthenticated metrics on a non-loopback address, not allowed.
+    #[error(
+        "refusing to serve metrics without authentication on {0}, which is not a loopback address: remove --auth=none and --metrics-auth=none, listen on loopback (--metrics-listen), or add --insecure-allow-unauthenticated"
+    )]
+    UnauthenticatedMetrics(SocketAddr),
 }
 
 /// The gRPC service name that health reports on besides "".
@@ -261,13 +273,22 @@ pub async fn start(
         None => None,
     };
 
+    let local_addr = listener.local_addr()?;
+    let (access, authenticate, scrapes) = secure(&client, &options.security, local_addr)?;
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
             let bound = listener.local_addr()?;
+            refuse_unauthenticated_metrics(&options.security, scrapes.is_some(), bound)?;
+            let tls = options
+                .security
+                .tls
+                .as_ref()
+                .map(tls::metrics_acceptor)
+                .transpose()?;
             let registry = metrics::registry(cache.clone());
             tasks.spawn(
-                metrics::serve(listener, registry, cancel.clone())
+                metrics::serve(listener, tls, scrapes, registry, cancel.clone())
                     .map_err(ServeError::Io)
                     .instrument(info_span!("metrics", %bound)),
             );
@@ -287,8 +308,6 @@ pub async fn start(
     };
     let reflection = descriptors().build_v1()?;
     let reflection_alpha = descriptors().build_v1alpha()?;
-    let local_addr = listener.local_addr()?;
-    let (access, authenticate) = secure(&client, &options.security, local_addr)?;
     let tls = options
         .security
         .tls
@@ -367,30 +386,45 @@ fn compressed(server: KubeFanoutServer<FanoutService>) -> KubeFanoutServer<Fanou
         .send_compressed(Zstd)
 }
 
-/// The access checks and the authentication layer `security` asks for;
-/// refuses to serve unauthenticated beyond loopback unless told to.
+/// The access checks, the authentication layer and the metrics' checks
+/// `security` asks for; refuses to serve unauthenticated beyond loopback
+/// unless told to.
 fn secure(
     client: &kube::Client,
     security: &Security,
     addr: SocketAddr,
-) -> Result<(Access, Option<AuthenticateLayer>), ServeError> {
+) -> Result<(Access, Option<AuthenticateLayer>, Option<HttpAccess>), ServeError> {
     let Some(auth) = &security.auth else {
         refuse_unauthenticated_remote(security, addr)?;
         warn!(
             %addr,
             "authentication and authorization are off (--auth=none): every caller sees every served object"
         );
-        return Ok((Access::open(), None));
+        return Ok((Access::open(), None, None));
     };
     let reviews = Arc::new(KubeReviews::new(client.clone(), auth.review_timeout));
-    let authenticator = Authenticator::new(reviews.clone(), auth.audiences.clone(), auth.token_ttl);
+    let authenticator = Arc::new(Authenticator::new(
+        reviews.clone(),
+        auth.audiences.clone(),
+        auth.token_ttl,
+    ));
+    let scrapes = auth.metrics.then(|| {
+        HttpAccess::new(
+            authenticator.clone(),
+            Arc::new(NonResourceAuthorizer::new(
+                reviews.clone(),
+                auth.decision_ttl,
+            )),
+        )
+    });
     let authorizer = Authorizer::new(reviews, auth.decision_ttl);
     if security.tls.is_none() {
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }
     Ok((
         Access::checked(Arc::new(authorizer)),
-        Some(AuthenticateLayer::new(Arc::new(authenticator))),
+        Some(AuthenticateLayer::new(authenticator)),
+        scrapes,
     ))
 }
 
@@ -400,6 +434,20 @@ fn refuse_unauthenticated_remote(security: &Security, addr: SocketAddr) -> Resul
     if security.auth.is_none() && !addr.ip().is_loopback() && !security.allow_unauthenticated_remote
     {
         return Err(ServeError::Unauthenticated(addr));
+    }
+    Ok(())
+}
+
+/// The same for metrics: unauthenticated scrapes only on loopback unless
+/// explicitly allowed (the counts show which types are served and how
+/// busy each is).
+fn refuse_unauthenticated_metrics(
+    security: &Security,
+    authenticated: bool,
+    addr: SocketAddr,
+) -> Result<(), ServeError> {
+    if !authenticated && !addr.ip().is_loopback() && !security.allow_unauthenticated_remote {
+        return Err(ServeError::UnauthenticatedMetrics(addr));
     }
     Ok(())
 }
@@ -523,5 +571,28 @@ mod tests {
             ..Security::default()
         };
         refuse_unauthenticated_remote(&secured, remote).unwrap();
+    }
+
+    #[test]
+    fn unauthenticated_metrics_are_for_loopback_unless_explicitly_allowed() {
+        let metrics: SocketAddr = "10.1.2.3:9090".parse().unwrap();
+        let secured = Security {
+            auth: Some(AuthOptions::default()),
+            ..Security::default()
+        };
+        refuse_unauthenticated_metrics(&secured, true, metrics).unwrap();
+        refuse_unauthenticated_metrics(&secured, false, "127.0.0.1:9090".parse().unwrap()).unwrap();
+        let err = refuse_unauthenticated_metrics(&secured, false, metrics).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("refusing to serve metrics without authentication on 10.1.2.3:9090"),
+            "{err}"
+        );
+        let allowed = Security {
+            allow_unauthenticated_remote: true,
+            ..secured
+        };
+        refuse_unauthenticated_metrics(&allowed, false, metrics).unwrap();
+        assert!(AuthOptions::default().metrics, "on unless turned off");
     }
 }

@@ -307,6 +307,21 @@ impl ClientCertVerifier for ReloadingClientVerifier {
 /// against the client CA if one is given (and optional, since a bearer
 /// token will do as well).
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    server_config(files, files.client_ca.as_deref(), b"h2")
+}
+
+/// A TLS acceptor for the metrics endpoint (HTTP/1.1): the same serving
+/// certificate, reloaded on change, and no client certificates (scrapers
+/// authenticate with a bearer token).
+pub fn metrics_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    server_config(files, None, b"http/1.1")
+}
+
+fn server_config(
+    files: &TlsFiles,
+    client_ca: Option<&Path>,
+    alpn: &[u8],
+) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -315,7 +330,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
             key: files.key.clone(),
             source,
         })?;
-    let builder = match &files.client_ca {
+    let builder = match client_ca {
         Some(path) => builder.with_client_cert_verifier(Arc::new(ReloadingClientVerifier::new(
             path,
             provider.clone(),
@@ -324,7 +339,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     };
     let resolver = ReloadingCertificate::new(&files.cert, &files.key, provider)?;
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::{
     Attributes, AuthError, Identity,
     cache::TtlCache,
-    reviews::{AccessReviewer, AccessVerdict},
+    reviews::{AccessReviewer, AccessVerdict, NonResourceAttributes, NonResourceReviewer},
 };
 
 /// Most decisions cached at once.
@@ -23,6 +23,17 @@ pub struct DecisionCacheTtl {
     pub allowed: Duration,
     /// A denied access.
     pub denied: Duration,
+}
+
+impl DecisionCacheTtl {
+    /// How long `verdict` is kept.
+    fn of(&self, verdict: &AccessVerdict) -> Duration {
+        if verdict.allowed {
+            self.allowed
+        } else {
+            self.denied
+        }
+    }
 }
 
 /// Decides whether an identity may do something.
@@ -55,11 +66,7 @@ impl Authorizer {
             .cache
             .get_or_fetch(&key, || async {
                 let verdict = self.reviewer.review_access(identity, attributes).await?;
-                let ttl = if verdict.allowed {
-                    self.ttl.allowed
-                } else {
-                    self.ttl.denied
-                };
+                let ttl = self.ttl.of(&verdict);
                 Ok::<_, AuthError>((verdict, ttl))
             })
             .await?;
@@ -69,6 +76,60 @@ impl Authorizer {
             Err(AuthError::Denied {
                 user: identity.user.clone(),
                 attributes: Box::new(attributes.clone()),
+                reason: verdict.reason,
+            })
+        }
+    }
+}
+
+/// Most non-resource decisions cached at once: one per identity that
+/// scrapes (the paths are kube-fanout's own, a handful).
+const NON_RESOURCE_CACHE_CAPACITY: usize = 4_096;
+
+/// Decides whether an identity may get a non-resource URL (`/metrics`),
+/// answers cached for the same TTLs as resource decisions.
+#[derive(Debug)]
+pub struct NonResourceAuthorizer {
+    reviewer: Arc<dyn NonResourceReviewer>,
+    ttl: DecisionCacheTtl,
+    cache: TtlCache<(Identity, NonResourceAttributes), AccessVerdict>,
+}
+
+impl NonResourceAuthorizer {
+    /// Reviews accesses with `reviewer`, caching answers for `ttl`.
+    pub fn new(reviewer: Arc<dyn NonResourceReviewer>, ttl: DecisionCacheTtl) -> Self {
+        NonResourceAuthorizer {
+            reviewer,
+            ttl,
+            cache: TtlCache::new(NON_RESOURCE_CACHE_CAPACITY),
+        }
+    }
+
+    /// Ok if `identity` may do `attributes`.
+    pub async fn authorize(
+        &self,
+        identity: &Identity,
+        attributes: NonResourceAttributes,
+    ) -> Result<(), AuthError> {
+        let key = (identity.clone(), attributes);
+        let (verdict, _) = self
+            .cache
+            .get_or_fetch(&key, || async {
+                let verdict = self
+                    .reviewer
+                    .review_non_resource(identity, &attributes)
+                    .await?;
+                let ttl = self.ttl.of(&verdict);
+                Ok::<_, AuthError>((verdict, ttl))
+            })
+            .await?;
+        if verdict.allowed {
+            Ok(())
+        } else {
+            Err(AuthError::NonResourceDenied {
+                user: identity.user.clone(),
+                verb: attributes.verb,
+                path: attributes.path,
                 reason: verdict.reason,
             })
         }

@@ -109,7 +109,7 @@ where
 }
 
 /// The bearer token of the authorization header.
-fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
+pub(super) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
     let header = headers
         .get(AUTHORIZATION)
         .ok_or(AuthError::MissingCredentials)?;

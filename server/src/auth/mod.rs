@@ -10,7 +10,8 @@
 //! the caller's [`Identity`] into each request; the gRPC service calls
 //! [`Access::authorize`] once per request, and [`Grant::guard`] re-asks for
 //! an open watch each time its answer expires, so a revoked watch ends.
-//! [`limits`] bounds what one caller may hold open.
+//! [`limits`] bounds what one caller may hold open. [`http_access`] does the same
+//! checks for the metrics endpoint (a non-resource URL).
 //!
 //! Fail closed: when a review cannot be made, the request fails; only an
 //! answer the API server gave (and that has not expired) lets one through.
@@ -18,6 +19,7 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod http_access;
 pub mod layer;
 pub mod limits;
 pub mod reviews;
@@ -143,6 +145,18 @@ pub enum AuthError {
         user: String,
         /// What they asked.
         attributes: Box<Attributes>,
+        /// The authorizer's reason, if it gave one.
+        reason: String,
+    },
+    /// The API server answered no for a non-resource URL (`/metrics`).
+    #[error("user {user:?} may not {verb} {path}{}", reason_suffix(.reason))]
+    NonResourceDenied {
+        /// Who asked.
+        user: String,
+        /// The verb (`get`).
+        verb: &'static str,
+        /// The path.
+        path: &'static str,
         /// The authorizer's reason, if it gave one.
         reason: String,
     },

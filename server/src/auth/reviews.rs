@@ -8,7 +8,10 @@ use std::{fmt, time::Duration};
 use futures::future::BoxFuture;
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
-    authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
+    authorization::v1::{
+        NonResourceAttributes as KubeNonResourceAttributes, ResourceAttributes,
+        SubjectAccessReview, SubjectAccessReviewSpec,
+    },
 };
 use kube::api::{Api, PostParams};
 
@@ -25,6 +28,18 @@ pub struct AccessVerdict {
     pub allowed: bool,
     /// The authorizer's reason (empty if it gave none).
     pub reason: String,
+}
+
+/// A request for a URL that is no resource, such as `/metrics`, as
+/// SubjectAccessReview's `nonResourceAttributes` describe it. Both fields
+/// are fixed by kube-fanout (the routes it serves), never taken from a
+/// caller, so a cache keyed by them stays as small as the routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NonResourceAttributes {
+    /// The HTTP verb in lower case, as RBAC's `verbs` (`get`).
+    pub verb: &'static str,
+    /// The URL path, as RBAC's `nonResourceURLs` (`/metrics`).
+    pub path: &'static str,
 }
 
 /// Checks bearer tokens.
@@ -44,6 +59,16 @@ pub trait AccessReviewer: Send + Sync + fmt::Debug {
         &'a self,
         identity: &'a Identity,
         attributes: &'a Attributes,
+    ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>>;
+}
+
+/// Checks accesses to non-resource URLs.
+pub trait NonResourceReviewer: Send + Sync + fmt::Debug {
+    /// Reviews whether `identity` may do `attributes`.
+    fn review_non_resource<'a>(
+        &'a self,
+        identity: &'a Identity,
+        attributes: &'a NonResourceAttributes,
     ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>>;
 }
 
@@ -139,6 +164,37 @@ impl TokenReviewer for KubeReviews {
     }
 }
 
+impl KubeReviews {
+    /// Asks SubjectAccessReview whether `identity` may do what `what` (the
+    /// review's resource or non-resource attributes) describes.
+    async fn subject_access_review(
+        &self,
+        identity: &Identity,
+        what: impl FnOnce(SubjectAccessReviewSpec) -> SubjectAccessReviewSpec,
+    ) -> Result<AccessVerdict, AuthError> {
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let review = SubjectAccessReview {
+            spec: what(SubjectAccessReviewSpec {
+                user: some(&identity.user),
+                uid: some(&identity.uid),
+                groups: Some(identity.groups.clone()),
+                extra: (!identity.extra.is_empty()).then(|| identity.extra.clone()),
+                ..SubjectAccessReviewSpec::default()
+            }),
+            ..SubjectAccessReview::default()
+        };
+        let status = self
+            .create("SubjectAccessReview", &review)
+            .await?
+            .status
+            .unwrap_or_default();
+        Ok(AccessVerdict {
+            allowed: status.allowed && status.denied != Some(true),
+            reason: status.reason.unwrap_or_default(),
+        })
+    }
+}
+
 impl AccessReviewer for KubeReviews {
     fn review_access<'a>(
         &'a self,
@@ -147,34 +203,37 @@ impl AccessReviewer for KubeReviews {
     ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
         Box::pin(async move {
             let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-            let review = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: some(&identity.user),
-                    uid: some(&identity.uid),
-                    groups: Some(identity.groups.clone()),
-                    extra: (!identity.extra.is_empty()).then(|| identity.extra.clone()),
-                    resource_attributes: Some(ResourceAttributes {
-                        verb: Some(attributes.verb.as_str().to_owned()),
-                        group: Some(attributes.group.clone()),
-                        version: some(&attributes.version),
-                        resource: Some(attributes.resource.clone()),
-                        namespace: some(&attributes.namespace),
-                        name: some(&attributes.name),
-                        ..ResourceAttributes::default()
-                    }),
-                    ..SubjectAccessReviewSpec::default()
-                },
-                ..SubjectAccessReview::default()
-            };
-            let status = self
-                .create("SubjectAccessReview", &review)
-                .await?
-                .status
-                .unwrap_or_default();
-            Ok(AccessVerdict {
-                allowed: status.allowed && status.denied != Some(true),
-                reason: status.reason.unwrap_or_default(),
+            self.subject_access_review(identity, |spec| SubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(attributes.verb.as_str().to_owned()),
+                    group: Some(attributes.group.clone()),
+                    version: some(&attributes.version),
+                    resource: Some(attributes.resource.clone()),
+                    namespace: some(&attributes.namespace),
+                    name: some(&attributes.name),
+                    ..ResourceAttributes::default()
+                }),
+                ..spec
             })
+            .await
         })
+    }
+}
+
+impl NonResourceReviewer for KubeReviews {
+    fn review_non_resource<'a>(
+        &'a self,
+        identity: &'a Identity,
+        attributes: &'a NonResourceAttributes,
+    ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
+        Box::pin(
+            self.subject_access_review(identity, |spec| SubjectAccessReviewSpec {
+                non_resource_attributes: Some(KubeNonResourceAttributes {
+                    verb: Some(attributes.verb.to_owned()),
+                    path: Some(attributes.path.to_owned()),
+                }),
+                ..spec
+            }),
+        )
     }
 }
