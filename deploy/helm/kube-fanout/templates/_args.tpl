@@ -40,13 +40,19 @@ binary's own defaults stay the defaults.
 {{- if .Values.tls.enabled }}
 - "--tls-cert-file=/etc/kube-fanout/tls/tls.crt"
 - "--tls-private-key-file=/etc/kube-fanout/tls/tls.key"
-{{- if .Values.tls.clientCA }}
-- "--client-ca-file=/etc/kube-fanout/tls/ca.crt"
+{{- if or .Values.tls.clientCA.existingSecret .Values.tls.clientCA.existingConfigMap }}
+- "--client-ca-file=/etc/kube-fanout/client-ca/ca.crt"
 {{- end }}
 {{- end }}
 {{- if .Values.auth.enabled }}
 {{- with .Values.auth.tokenAudiences }}
 - {{ printf "--auth-token-audiences=%v" (join "," .) | quote }}
+{{- end }}
+{{- if not .Values.auth.metrics }}
+- "--metrics-auth=none"
+{{- end }}
+{{- if .Values.auth.insecureAllowUnauthenticated }}
+- "--insecure-allow-unauthenticated"
 {{- end }}
 {{- else }}
 - "--auth=none"

@@ -50,13 +50,60 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+Where the serving certificate comes from, with TLS on: existingSecret,
+certManager, or generated (by the chart, templates/tls.yaml).
+*/}}
+{{- define "kube-fanout.tlsSource" -}}
+{{- if .Values.tls.existingSecret }}existingSecret
+{{- else if .Values.tls.certManager.enabled }}certManager
+{{- else }}generated
+{{- end }}
+{{- end }}
+
 {{/* The Secret holding the serving certificate. */}}
 {{- define "kube-fanout.tlsSecretName" -}}
-{{- if .Values.tls.certManager.enabled }}
-{{- printf "%s-tls" (include "kube-fanout.fullname" .) }}
-{{- else }}
+{{- if .Values.tls.existingSecret }}
 {{- .Values.tls.existingSecret }}
+{{- else }}
+{{- printf "%s-tls" (include "kube-fanout.fullname" .) }}
 {{- end }}
+{{- end }}
+
+{{/* The ConfigMap publishing a generated certificate's CA (ca.crt). */}}
+{{- define "kube-fanout.caConfigMapName" -}}
+{{- printf "%s-ca" (include "kube-fanout.fullname" .) }}
+{{- end }}
+
+{{/*
+A projected volume source with the CA as ca.crt: the ConfigMap with a
+generated certificate, else the serving Secret's ca.crt.
+*/}}
+{{- define "kube-fanout.caSource" -}}
+{{- if eq (include "kube-fanout.tlsSource" .) "generated" }}
+configMap:
+  name: {{ include "kube-fanout.caConfigMapName" . }}
+  items:
+    - key: ca.crt
+      path: ca.crt
+{{- else }}
+secret:
+  name: {{ include "kube-fanout.tlsSecretName" . }}
+  items:
+    - key: ca.crt
+      path: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The serving certificate's DNS names: the Service's, and any extra. */}}
+{{- define "kube-fanout.dnsNames" -}}
+{{- $names := list (include "kube-fanout.fullname" .) (printf "%s.%s" (include "kube-fanout.fullname" .) .Release.Namespace) (include "kube-fanout.serviceHost" .) (printf "%s.cluster.local" (include "kube-fanout.serviceHost" .)) }}
+{{- toJson (concat $names .Values.tls.extraDnsNames) }}
+{{- end }}
+
+{{/* The audience of the token a client in the cluster sends ("" if none). */}}
+{{- define "kube-fanout.clientAudience" -}}
+{{- with .Values.auth.tokenAudiences }}{{ first . }}{{ end }}
 {{- end }}
 
 {{/* The Service's in-cluster DNS name. */}}
@@ -66,7 +113,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* "true" when the gRPC server binds a loopback address only. */}}
 {{- define "kube-fanout.loopback" -}}
-{{- if or (hasPrefix "127." .Values.listen.host) (eq .Values.listen.host "::1") (eq .Values.listen.host "localhost") }}true{{ end }}
+{{- include "kube-fanout.isLoopback" .Values.listen.host }}
+{{- end }}
+
+{{/* "true" when the metrics server binds a loopback address only. */}}
+{{- define "kube-fanout.metricsLoopback" -}}
+{{- include "kube-fanout.isLoopback" .Values.listen.metricsHost }}
+{{- end }}
+
+{{/* "true" when the host (an address to bind) is loopback. */}}
+{{- define "kube-fanout.isLoopback" -}}
+{{- if or (hasPrefix "127." .) (eq . "::1") (eq . "localhost") }}true{{ end }}
 {{- end }}
 
 {{/* host:port for a listener, with IPv6 hosts in brackets. */}}
@@ -94,9 +151,9 @@ checked each entry's form.
 
 {{/* Refuses combinations the schema cannot explain readably. */}}
 {{- define "kube-fanout.validate" -}}
-{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (not .Values.tls.certManager.enabled) }}
-{{- fail "tls.enabled needs a certificate: set tls.existingSecret to a kubernetes.io/tls Secret, or tls.certManager.enabled=true with tls.certManager.issuerRef.name" }}
-{{- end }}
+{{- $grpc := include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort) }}
+{{- $metrics := include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.metricsPort) }}
+{{- $offLoopback := or (not (include "kube-fanout.loopback" .)) (not (include "kube-fanout.metricsLoopback" .)) }}
 {{- if and .Values.tls.existingSecret .Values.tls.certManager.enabled }}
 {{- fail "tls.existingSecret and tls.certManager.enabled are alternatives: set one" }}
 {{- end }}
@@ -106,17 +163,29 @@ checked each entry's form.
 {{- if and (or .Values.tls.existingSecret .Values.tls.certManager.enabled) (not .Values.tls.enabled) }}
 {{- fail "a TLS certificate is configured (tls.existingSecret or tls.certManager) but tls.enabled is false" }}
 {{- end }}
-{{- if and .Values.tls.clientCA (not .Values.tls.enabled) }}
+{{- if and .Values.tls.clientCA.existingSecret .Values.tls.clientCA.existingConfigMap }}
+{{- fail "tls.clientCA.existingSecret and tls.clientCA.existingConfigMap are alternatives: set one" }}
+{{- end }}
+{{- if and (or .Values.tls.clientCA.existingSecret .Values.tls.clientCA.existingConfigMap) (not .Values.tls.enabled) }}
 {{- fail "tls.clientCA (mTLS) needs tls.enabled" }}
 {{- end }}
-{{- if and (not .Values.auth.enabled) (not (include "kube-fanout.loopback" .)) (not .Values.auth.insecureAllowUnauthenticated) }}
-{{- fail (printf "auth.enabled=false would serve every object to anyone who reaches %s: allowed only with listen.host on loopback (127.0.0.1, ::1) or with auth.insecureAllowUnauthenticated=true" (include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort))) }}
+{{- if and (not .Values.tls.enabled) $offLoopback (not .Values.tls.insecurePlaintext) }}
+{{- fail (printf "tls.enabled=false would serve plaintext on %s and %s, where bearer tokens and every object can be read and replayed by anyone on the network: keep TLS on (a generated certificate by default, or tls.existingSecret, or tls.certManager), bind listen.host and listen.metricsHost to loopback, or set tls.insecurePlaintext=true" $grpc $metrics) }}
+{{- end }}
+{{- if and .Values.tls.insecurePlaintext .Values.tls.enabled }}
+{{- fail "tls.insecurePlaintext only applies with tls.enabled=false" }}
+{{- end }}
+{{- if and (not .Values.auth.enabled) $offLoopback (not .Values.auth.insecureAllowUnauthenticated) }}
+{{- fail (printf "auth.enabled=false would serve every object to anyone who reaches %s (and the metrics on %s): allowed only with listen.host and listen.metricsHost on loopback (127.0.0.1, ::1) or with auth.insecureAllowUnauthenticated=true" $grpc $metrics) }}
+{{- end }}
+{{- if and .Values.auth.enabled (not .Values.auth.metrics) (not (include "kube-fanout.metricsLoopback" .)) (not .Values.auth.insecureAllowUnauthenticated) }}
+{{- fail (printf "auth.metrics=false would serve the metrics to anyone who reaches %s: allowed only with listen.metricsHost on loopback or with auth.insecureAllowUnauthenticated=true" $metrics) }}
 {{- end }}
 {{- if and .Values.tls.enabled (has .Values.listen.healthPort (list .Values.listen.grpcPort .Values.listen.metricsPort)) }}
 {{- fail (printf "listen.healthPort %v is also the gRPC or metrics port: with TLS on, the plaintext health listener needs a port of its own" .Values.listen.healthPort) }}
 {{- end }}
-{{- if and .Values.auth.insecureAllowUnauthenticated .Values.auth.enabled }}
-{{- fail "auth.insecureAllowUnauthenticated only applies with auth.enabled=false" }}
+{{- if and .Values.auth.insecureAllowUnauthenticated .Values.auth.enabled .Values.auth.metrics }}
+{{- fail "auth.insecureAllowUnauthenticated only applies with auth.enabled=false or auth.metrics=false" }}
 {{- end }}
 {{- end }}
 
