@@ -22,6 +22,8 @@ pub struct FanoutProcess {
     log: PathBuf,
     /// Where its gRPC server listens.
     pub addr: SocketAddr,
+    /// Where health is asked: `addr`, or a plaintext `--health-listen`.
+    health_addr: SocketAddr,
 }
 
 impl FanoutProcess {
@@ -36,7 +38,19 @@ impl FanoutProcess {
             .kill_on_drop(true)
             .spawn()
             .context("starting kube-fanout")?;
-        Ok(FanoutProcess { child, log, addr })
+        Ok(FanoutProcess {
+            child,
+            log,
+            addr,
+            health_addr: addr,
+        })
+    }
+
+    /// Asks health on `addr` (the process's plaintext `--health-listen`,
+    /// when its gRPC port serves TLS) instead of the gRPC port.
+    pub fn with_health_addr(mut self, addr: SocketAddr) -> Self {
+        self.health_addr = addr;
+        self
     }
 
     /// The process's id, while it runs.
@@ -47,9 +61,10 @@ impl FanoutProcess {
     /// What grpc.health.v1 says of `service`, as the kubelet's gRPC probe
     /// asks it.
     pub async fn health(&self, service: &str) -> Result<ServingStatus> {
-        let channel = tonic::transport::Channel::from_shared(format!("http://{}", self.addr))?
-            .connect()
-            .await?;
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://{}", self.health_addr))?
+                .connect()
+                .await?;
         let mut client = HealthClient::new(channel);
         let response = client
             .check(HealthCheckRequest {

@@ -213,3 +213,53 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String> 
     }
     Ok(body.to_owned())
 }
+
+/// An HTTP/1.1 GET of `path` over TLS to `addr` (loopback), verifying the
+/// server as `server_name` against the PEM `ca`, with `authorization:
+/// Bearer TOKEN` if a token is given: the status code and the body.
+pub async fn https_get(
+    addr: std::net::SocketAddr,
+    server_name: &str,
+    ca: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String)> {
+    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from(server_name.to_owned())?, tcp)
+        .await?;
+    let authorization = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    stream
+        .write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nhost: {server_name}\r\n{authorization}connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await?;
+    let mut response = Vec::new();
+    // A TLS peer may close without close_notify once it has answered.
+    if let Err(err) = stream.read_to_end(&mut response).await
+        && response.is_empty()
+    {
+        return Err(err.into());
+    }
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").context("no HTTP header")?;
+    let status = head.split(' ').nth(1).context("no status code")?.parse()?;
+    Ok((status, body.to_owned()))
+}

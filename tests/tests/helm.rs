@@ -1,10 +1,13 @@
 //! The Helm chart (`deploy/helm/kube-fanout`) on a real API server, with the
 //! real helm: every object it renders is accepted; kube-fanout run with
-//! exactly the chart's ServiceAccount identity (a TokenRequest token) and
-//! the chart's own flags syncs every resource the values name and is denied
-//! one they do not; an upgrade rewrites the RBAC; an uninstall leaves
-//! nothing behind. There are no nodes, so no pod runs: the binary runs here
-//! as the pod would.
+//! exactly the chart's ServiceAccount identity (a TokenRequest token), the
+//! chart's own flags and the certificate the chart generated syncs every
+//! resource the values name and is denied one they do not; it serves TLS,
+//! accepts a projected token for the audience kube-fanout and refuses the
+//! API server's own; its metrics need an authorized token; an upgrade
+//! rewrites the RBAC and keeps the certificate; an uninstall leaves nothing
+//! behind. There are no nodes, so no pod runs: the binary runs here as the
+//! pod would.
 
 use std::{
     collections::BTreeSet,
@@ -18,8 +21,8 @@ use k8s_openapi::{
         apps::v1::Deployment,
         authentication::v1::{TokenRequest, TokenRequestSpec},
         authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
-        core::v1::{Secret, ServiceAccount},
-        rbac::v1::ClusterRole,
+        core::v1::{ConfigMap, Secret, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -29,13 +32,13 @@ use kube::{
     discovery::{Scope, pinned_kind},
 };
 use kube_fanout_client::{
-    ClientConfig,
+    Certificate, ClientConfig, ClientTlsConfig,
     proto::{GetRequest, SyncState},
 };
 use kube_fanout_tests::{
     controlplane::{ADMIN_TOKEN, ControlPlane, free_port},
     process::{FanoutProcess, READINESS_SERVICE},
-    support::{create_namespace, tool},
+    support::{create_namespace, https_get, tool},
 };
 use serde::Deserialize as _;
 use tokio::process::Command;
@@ -47,6 +50,10 @@ const RELEASE: &str = "kf";
 const NAMESPACE: &str = "fanout";
 /// The name the chart gives the release's objects and ServiceAccount.
 const FULLNAME: &str = "kf-kube-fanout";
+/// The Service's DNS name, which the generated certificate is for.
+const SERVICE_HOST: &str = "kf-kube-fanout.fanout.svc";
+/// The token audience the chart accepts by default.
+const AUDIENCE: &str = "kube-fanout";
 
 /// The real helm, pointed at the test API server, with its state in the
 /// control plane's temporary directory.
@@ -272,24 +279,39 @@ fn kubeconfig_with_token(cp: &ControlPlane, token: &str, path: &Path) -> Result<
     Ok(())
 }
 
+/// A kube-fanout run like the chart's pod, and where it serves metrics.
+struct Pod {
+    process: FanoutProcess,
+    metrics: std::net::SocketAddr,
+}
+
 /// kube-fanout run with `args` (the Deployment's, listen addresses moved to
-/// free loopback ports) and the credentials in `kubeconfig`.
+/// free loopback ports, the mounted certificate at `tls`) and the
+/// credentials in `kubeconfig`.
 fn run_like_the_pod(
     cp: &ControlPlane,
     args: &[String],
     extra: &[&str],
+    tls: &Path,
     kubeconfig: &Path,
     name: &str,
-) -> Result<FanoutProcess> {
-    let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
+) -> Result<Pod> {
+    let loopback =
+        || -> Result<std::net::SocketAddr> { Ok(format!("127.0.0.1:{}", free_port()?).parse()?) };
+    let (addr, metrics, health) = (loopback()?, loopback()?, loopback()?);
     let mut command = Command::new(KUBE_FANOUT);
+    let mut health_listen = false;
     for arg in args {
         if arg.starts_with("--listen=") {
             command.arg(format!("--listen={addr}"));
         } else if arg.starts_with("--metrics-listen=") {
-            command.arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?));
+            command.arg(format!("--metrics-listen={metrics}"));
+        } else if arg.starts_with("--health-listen=") {
+            health_listen = true;
+            command.arg(format!("--health-listen={health}"));
         } else {
-            command.arg(arg);
+            let mounted = tls.to_str().context("path")?;
+            command.arg(arg.replace("/etc/kube-fanout/tls", mounted));
         }
     }
     command
@@ -298,7 +320,118 @@ fn run_like_the_pod(
         .arg(kubeconfig)
         .env_remove("KUBECONFIG")
         .env("RUST_LOG", "info");
-    FanoutProcess::spawn(command, addr, cp.dir().join(format!("{name}.log")))
+    let process = FanoutProcess::spawn(command, addr, cp.dir().join(format!("{name}.log")))?;
+    ensure!(
+        health_listen,
+        "the chart's TLS pod probes a --health-listen"
+    );
+    Ok(Pod {
+        process: process.with_health_addr(health),
+        metrics,
+    })
+}
+
+/// The serving certificate and key the chart generated, as the pod mounts
+/// them (`tls.crt`, `tls.key` in `dir`), and the Secret's data.
+async fn mount_serving_secret(
+    client: &kube::Client,
+    dir: &Path,
+) -> Result<std::collections::BTreeMap<String, k8s_openapi::ByteString>> {
+    let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .get(&format!("{FULLNAME}-tls"))
+        .await?;
+    ensure!(secret.type_.as_deref() == Some("kubernetes.io/tls"));
+    let data = secret.data.context("the TLS Secret has no data")?;
+    std::fs::create_dir_all(dir)?;
+    for key in ["tls.crt", "tls.key"] {
+        std::fs::write(dir.join(key), &data.get(key).context("key missing")?.0)?;
+    }
+    Ok(data)
+}
+
+/// The CA the chart publishes for clients.
+async fn published_ca(client: &kube::Client) -> Result<String> {
+    let ca = Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)
+        .get(&format!("{FULLNAME}-ca"))
+        .await?
+        .data
+        .context("the CA ConfigMap has no data")?
+        .remove("ca.crt")
+        .context("no ca.crt")?;
+    ensure!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+    Ok(ca)
+}
+
+/// A client of `addr` over TLS, verifying the Service's name with `ca`,
+/// sending `token`.
+fn tls_client(addr: std::net::SocketAddr, ca: &str, token: &str) -> ClientConfig {
+    ClientConfig::new([addr.to_string()])
+        .tls(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .domain_name(SERVICE_HOST),
+        )
+        .bearer_token(token.to_owned())
+}
+
+/// A token of the ServiceAccount `name` in the release's namespace (made
+/// if missing), for `audiences` (none: the API server's own), as a
+/// projected token volume of a pod running as it holds.
+async fn service_account_token(
+    client: &kube::Client,
+    name: &str,
+    audiences: &[&str],
+) -> Result<String> {
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE);
+    if accounts.get_opt(name).await?.is_none() {
+        let account: ServiceAccount =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        accounts.create(&PostParams::default(), &account).await?;
+    }
+    accounts
+        .create_token_request(
+            name,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: Some(audiences.iter().map(|a| (*a).to_owned()).collect()),
+                    expiration_seconds: Some(3600),
+                    ..TokenRequestSpec::default()
+                }),
+                ..TokenRequest::default()
+            },
+        )
+        .await?
+        .status
+        .context("TokenRequest without status")?
+        .token
+        .context("TokenRequest without a token")
+}
+
+/// Binds the ClusterRole `role` to the ServiceAccount `account` of the
+/// release's namespace.
+async fn bind(client: &kube::Client, role: &str, account: &str) -> Result<()> {
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{account}-{role}")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account.into(),
+            namespace: Some(NAMESPACE.into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }
 
 /// The container args of the Deployment as the API server stored it.
@@ -340,14 +473,21 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         .await?;
     for line in [
         "kubectl -n fanout port-forward service/kf-kube-fanout 50051:50051 9090:9090",
-        r#"grpcurl -plaintext -H "authorization: Bearer $TOKEN" 127.0.0.1:50051 kubefanout.v1.KubeFanout/ListResources"#,
-        r#"kubectl-fanout --server 127.0.0.1:50051 --token "$TOKEN" list v1/configmaps -A"#,
+        "kubectl -n fanout get configmap kf-kube-fanout-ca -o jsonpath='{.data.ca\\.crt}' > ca.crt",
+        "TOKEN=$(kubectl create token default -n fanout --audience kube-fanout)",
+        r#"grpcurl -cacert ca.crt -servername kf-kube-fanout.fanout.svc -H "authorization: Bearer $TOKEN" 127.0.0.1:50051 kubefanout.v1.KubeFanout/ListResources"#,
+        r#"kubectl-fanout --server 127.0.0.1:50051 --token "$TOKEN" --ca-file ca.crt --tls-server-name kf-kube-fanout.fanout.svc list v1/configmaps -A"#,
+        "                audience: kube-fanout",
+        "            mountPath: /var/run/secrets/kube-fanout",
+        "--clusterrole kf-kube-fanout-metrics-reader",
+        r#"curl -s --cacert ca.crt --resolve kf-kube-fanout.fanout.svc:9090:127.0.0.1 -H "authorization: Bearer $TOKEN" https://kf-kube-fanout.fanout.svc:9090/metrics"#,
     ] {
         assert!(notes.contains(line), "NOTES lack {line:?}:\n{notes}");
     }
+    assert!(!notes.contains("WARNING"), "{notes}");
     let installed = helm.manifest().await?;
     let kinds: BTreeSet<String> = installed.iter().map(kind_name).collect();
-    let expected_kinds: BTreeSet<String> = [
+    let mut expected_kinds: BTreeSet<String> = [
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -358,6 +498,13 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
     .iter()
     .map(|kind| format!("{kind}/{FULLNAME}"))
     .collect();
+    // TLS by default: the generated certificate, its CA for clients, and
+    // the ClusterRole a scraper needs.
+    expected_kinds.extend([
+        format!("Secret/{FULLNAME}-tls"),
+        format!("ConfigMap/{FULLNAME}-ca"),
+        format!("ClusterRole/{FULLNAME}-metrics-reader"),
+    ]);
     assert_eq!(kinds, expected_kinds);
     for object in &installed {
         assert!(
@@ -428,23 +575,7 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
 
     // kube-fanout with the ServiceAccount's own token and the Deployment's
     // own flags syncs every type (the readiness probe's health turns SERVING).
-    let token = Api::<ServiceAccount>::namespaced(kube.clone(), NAMESPACE)
-        .create_token_request(
-            FULLNAME,
-            &PostParams::default(),
-            &TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..TokenRequestSpec::default()
-                }),
-                ..TokenRequest::default()
-            },
-        )
-        .await?
-        .status
-        .context("TokenRequest without status")?
-        .token
-        .context("TokenRequest without a token")?;
+    let token = service_account_token(&kube, FULLNAME, &[]).await?;
     let sa_kubeconfig = cp.dir().join("sa-kubeconfig");
     kubeconfig_with_token(&cp, &token, &sa_kubeconfig)?;
     let args = deployment_args(&kube).await?;
@@ -452,16 +583,29 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         args.contains(&"--history-events=5000".to_owned()),
         "{args:?}"
     );
-    let mut fanout = run_like_the_pod(&cp, &args, &[], &sa_kubeconfig, "fanout")?;
+    // The certificate the chart generated, mounted as the pod mounts it,
+    // and the CA it published: clients verify the Service's name with it.
+    let tls_dir = cp.dir().join("tls");
+    let serving = mount_serving_secret(&kube, &tls_dir).await?;
+    let ca = published_ca(&kube).await?;
+    assert_eq!(
+        serving.get("ca.crt").map(|c| c.0.as_slice()),
+        Some(ca.as_bytes())
+    );
+    let Pod {
+        process: mut fanout,
+        metrics,
+    } = run_like_the_pod(&cp, &args, &[], &tls_dir, &sa_kubeconfig, "fanout")?;
     fanout.wait_serving(READINESS_SERVICE).await?;
-    // The subscriber is the admin: kube-fanout (as the chart's identity)
-    // authenticates it with TokenReview and authorizes every Get with
-    // SubjectAccessReview, so this also proves the chart grants those. The
-    // chart's own identity may list and watch, not get.
-    let mut client = ClientConfig::new([fanout.addr.to_string()])
-        .bearer_token(ADMIN_TOKEN)
-        .connect()
-        .await?;
+    // The subscriber: a ServiceAccount allowed everything, with a projected
+    // token for the audience kube-fanout (what a client pod mounts at
+    // /var/run/secrets/kube-fanout/token). kube-fanout (as the chart's
+    // identity) authenticates it with TokenReview and authorizes every Get
+    // with SubjectAccessReview, so this also proves the chart grants those.
+    // The chart's own identity may list and watch, not get.
+    bind(&kube, "cluster-admin", "subscriber").await?;
+    let projected = service_account_token(&kube, "subscriber", &[AUDIENCE]).await?;
+    let mut client = tls_client(fanout.addr, &ca, &projected).connect().await?;
     let synced: BTreeSet<String> = client
         .list_resources()
         .await?
@@ -473,6 +617,66 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         .collect();
     let want: BTreeSet<String> = served.iter().map(|(g, r)| format!("{g}/{r}")).collect();
     assert_eq!(synced, want);
+    // The same user's token for the API server's own audience, and the
+    // API server's admin token, are no credentials here: a token kube-fanout
+    // accepts is one the API server does not.
+    let api_audience = service_account_token(&kube, "subscriber", &[]).await?;
+    for (what, token) in [
+        ("the API server's audience", api_audience.as_str()),
+        ("the admin's static token", ADMIN_TOKEN),
+    ] {
+        let refused = tls_client(fanout.addr, &ca, token)
+            .connect()
+            .await?
+            .list_resources()
+            .await
+            .expect_err(what);
+        match refused {
+            kube_fanout_client::ClientError::Status(status) => {
+                assert_eq!(
+                    status.code(),
+                    tonic::Code::Unauthenticated,
+                    "{what}: {status:?}"
+                )
+            }
+            other => panic!("{what}: {other}"),
+        }
+    }
+    // Plaintext is not served, and the client would not send a token over
+    // it to another machine anyway (see the client's unit tests).
+    let answered = match ClientConfig::new([format!("http://{}", fanout.addr)])
+        .bearer_token(projected.clone())
+        .connect()
+        .await
+    {
+        Ok(mut plaintext) => plaintext.list_resources().await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!answered, "plaintext answered on the TLS port");
+
+    // Metrics: TLS, and only for a token whose user may get /metrics
+    // (the chart's metrics-reader ClusterRole, bound as a Prometheus'
+    // would be); anything else is refused before any metric is read.
+    bind(&kube, &format!("{FULLNAME}-metrics-reader"), "scraper").await?;
+    let scraper = service_account_token(&kube, "scraper", &[AUDIENCE]).await?;
+    let outsider = service_account_token(&kube, "outsider", &[AUDIENCE]).await?;
+    let scraper_api = service_account_token(&kube, "scraper", &[]).await?;
+    for (what, token, want) in [
+        ("no token", None, 401),
+        ("the API server's audience", Some(scraper_api.as_str()), 401),
+        ("not bound to metrics-reader", Some(outsider.as_str()), 403),
+    ] {
+        let (status, body) = https_get(metrics, SERVICE_HOST, &ca, "/metrics", token).await?;
+        assert_eq!(status, want, "{what}: {body}");
+        assert!(!body.contains("kube_fanout_"), "{what}: {body}");
+    }
+    let (status, body) = https_get(metrics, SERVICE_HOST, &ca, "/metrics", Some(&scraper)).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#"kube_fanout_synced{resource="apps/v1/deployments"} 1"#),
+        "{body}"
+    );
+
     // And it watches: an object of each type made after the sync arrives
     // (a LIST alone also syncs, so this is what proves `watch`).
     create_one_of_each(&kube).await?;
@@ -501,12 +705,14 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         &cp,
         &args,
         &["--resource=v1/secrets"],
+        &tls_dir,
         &sa_kubeconfig,
         "greedy",
-    )?;
-    // Asked as the admin: once subscribers are authorized (issue 9), the
-    // ServiceAccount itself will not be shown secrets.
-    let mut client = wait_for_client(&greedy, ADMIN_TOKEN).await?;
+    )?
+    .process;
+    // Asked as the subscriber: the ServiceAccount itself would not be
+    // shown secrets.
+    let mut client = wait_for_client(&greedy, tls_client(greedy.addr, &ca, &projected)).await?;
     let mut refusal = None;
     for _ in 0..150 {
         let resources = client.list_resources().await?.resources;
@@ -551,6 +757,14 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
     );
     assert!(allowed(&kube, "watch", "", "services").await?);
     assert!(!allowed(&kube, "list", "apps", "deployments").await?);
+    // The generated certificate and CA are kept (read back by `lookup`),
+    // so clients holding the CA keep verifying the server.
+    let upgraded_tls = mount_serving_secret(&kube, &cp.dir().join("tls-upgraded")).await?;
+    assert_eq!(
+        upgraded_tls, serving,
+        "the upgrade replaced the certificate"
+    );
+    assert_eq!(published_ca(&kube).await?, ca);
     let args = deployment_args(&kube).await?;
     let resources: Vec<&String> = args
         .iter()
@@ -633,17 +847,14 @@ async fn wait_for_object(
     bail!("{resource} {name} never reached kube-fanout within 30s")
 }
 
-/// A client of `fanout` once its gRPC port answers.
+/// A client of `fanout`, made with `config`, once it answers.
 async fn wait_for_client(
     fanout: &FanoutProcess,
-    token: &str,
+    config: ClientConfig,
 ) -> Result<kube_fanout_client::Client> {
     for _ in 0..150 {
         if fanout.health("").await.is_ok() {
-            return Ok(ClientConfig::new([fanout.addr.to_string()])
-                .bearer_token(token.to_owned())
-                .connect()
-                .await?);
+            return Ok(config.connect().await?);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
