@@ -91,6 +91,8 @@ impl From<AuthError> for Status {
         let message = err.to_string();
         match err {
             AuthError::MissingCredentials
+            | AuthError::CertificateRefused(_)
+            | AuthError::CertificateWithoutUser(_)
             | AuthError::MalformedHeader
             | AuthError::HeaderTooLarge { .. }
             | AuthError::InvalidToken(_) => Status::unauthenticated(message),
