@@ -465,7 +465,7 @@ fn write_credentials(d: &Path) -> Result<String> {
 }
 
 /// The DER of the first certificate in `pem`.
-fn pem_der(pem: &str) -> Result<Vec<u8>> {
+pub fn pem_der(pem: &str) -> Result<Vec<u8>> {
     use base64::Engine;
     let body: String = pem
         .lines()

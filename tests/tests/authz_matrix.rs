@@ -39,7 +39,7 @@ use kube_fanout_client::{
     proto::{GetRequest, ListRequest, WatchRequest},
 };
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, Options},
+    controlplane::{ControlPlane, Options, pem_der},
     fanout::Fanout,
     pki::{
         Ca, Pair,
@@ -570,12 +570,6 @@ async fn connect(fanout: &Fanout, serving_ca: &Ca, caller: &Caller) -> Result<Cl
         config = config.bearer_token(token);
     }
     Ok(config.connect().await?)
-}
-
-fn pem_der(pem: &str) -> Result<Vec<u8>> {
-    use base64::Engine;
-    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
 }
 
 #[tokio::test]
