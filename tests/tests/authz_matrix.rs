@@ -485,6 +485,19 @@ fn described(
     format!("user {user:?} uid {uid:?} groups {groups:?} extra {extra:?}")
 }
 
+/// The API server's count of failed TLS handshakes (its metrics).
+async fn handshake_errors(admin: &kube::Client) -> Result<f64> {
+    let metrics = admin
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("apiserver_tls_handshake_errors_total "))
+        .map(str::parse)
+        .transpose()?
+        .unwrap_or(0.0))
+}
+
 /// Compares the API server's view of each certificate caller with
 /// kube-fanout's mapping of its certificate: the same user, UID, groups
 /// and extra; without a user, the token's identity or the anonymous user;
@@ -497,9 +510,20 @@ async fn identity_differences(cp: &ControlPlane, callers: &[Caller]) -> Result<V
         };
         let mapped = certificate_user(&pem_der(&pair.cert)?);
         let token = caller.token.as_deref();
+        let failed_handshakes = handshake_errors(&cp.client).await?;
         let seen = api_view(cp.client_with_certificate(&pair.cert, &pair.key, token)?)
             .await
             .with_context(|| caller.name.clone())?;
+        // No HTTP answer must mean the API server's handshake failed (its
+        // own count of them says so), not some other transport fault.
+        if seen == "refused at the handshake"
+            && handshake_errors(&cp.client).await? <= failed_handshakes
+        {
+            differences.push(format!(
+                "{}: no HTTP answer, but no TLS handshake error counted",
+                caller.name
+            ));
+        }
         let expected = match (&mapped, token) {
             (Ok(CertificateUser::User(id)), _) => {
                 described(&id.user, &id.uid, &id.groups, &id.extra)
