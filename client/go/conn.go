@@ -44,9 +44,11 @@ const maxMessage = 64 << 20
 type Option func(*settings)
 
 type settings struct {
-	tls   *tls.Config
-	token string
-	extra []grpc.DialOption
+	tls                    *tls.Config
+	token                  tokenSource
+	insecurePlaintextToken bool
+	gzip                   bool
+	extra                  []grpc.DialOption
 }
 
 // WithTLS uses TLS with this configuration (CA, server name, client
@@ -54,11 +56,6 @@ type settings struct {
 // system's roots and the others are plaintext.
 func WithTLS(cfg *tls.Config) Option {
 	return func(s *settings) { s.tls = cfg }
-}
-
-// WithBearerToken sends "authorization: Bearer TOKEN" with every call.
-func WithBearerToken(token string) Option {
-	return func(s *settings) { s.token = token }
 }
 
 // WithDialOptions adds gRPC dial options (interceptors, a custom dialer).
@@ -94,6 +91,10 @@ func Dial(addresses []string, opts ...Option) (*Conn, error) {
 	}
 	c := &Conn{addrs: addresses, kinds: map[resourceKey]string{}}
 	for _, addr := range addresses {
+		if err := checkPlaintextToken(addr, &s); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("kube-fanout: address %q: %w", addr, err)
+		}
 		conn, err := grpc.NewClient(target(addr), dialOptions(addr, &s)...)
 		if err != nil {
 			_ = c.Close()
@@ -114,17 +115,22 @@ func target(addr string) string {
 	return "passthrough:///" + addr
 }
 
+// plaintext is whether calls to addr go without TLS.
+func plaintext(addr string, s *settings) bool {
+	return s.tls == nil && !strings.HasPrefix(addr, "https://")
+}
+
 func dialOptions(addr string, s *settings) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	switch {
 	case s.tls != nil:
 		creds = credentials.NewTLS(s.tls)
-	case strings.HasPrefix(addr, "https://"):
+	case !plaintext(addr, s):
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
+		grpc.WithDefaultCallOptions(append(compression(s.gzip), grpc.MaxCallRecvMsgSize(maxMessage))...),
 		// A restarted server is reconnected within seconds, not after
 		// grpc-go's default backoff of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -143,24 +149,11 @@ func dialOptions(addr string, s *settings) []grpc.DialOption {
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 	}
-	if s.token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(s.token)))
+	if s.token != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{s.token}))
 	}
 	return append(opts, s.extra...)
 }
-
-// bearer sends the token as gRPC metadata. Like the Rust client it is sent
-// over plaintext too (the loopback case); deployments use TLS.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return false }
-
-// String hides the token: it is a credential.
-func (bearer) String() string { return "bearer(<redacted>)" }
 
 // Close closes every connection.
 func (c *Conn) Close() error {

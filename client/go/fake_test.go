@@ -60,9 +60,10 @@ func (f *fakeServer) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServ
 	return nil
 }
 
-func (f *fakeServer) List(context.Context, *pb.ListRequest) (*pb.ListResponse, error) {
+func (f *fakeServer) List(ctx context.Context, _ *pb.ListRequest) (*pb.ListResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tokens = append(f.tokens, token(ctx))
 	return f.list, nil
 }
 

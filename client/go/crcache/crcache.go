@@ -1,74 +1,177 @@
 // Package crcache makes a controller-runtime manager read through
-// kube-fanout while it writes to the API server. controller-runtime's
-// extension point for where informers get their objects is
-// cache.Options.NewInformer; NewInformerFunc returns one:
+// kube-fanout while it writes to the API server. NewCacheFunc returns a
+// manager's Options.NewCache:
 //
-//	newInformer, err := crcache.NewInformerFunc(ctx, conn, scheme)
+//	newCache, err := crcache.NewCacheFunc(ctx, conn)
 //	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
-//		Cache: cache.Options{NewInformer: newInformer}})
+//		NewCache: newCache,
+//		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{"a": {}, "b": {}}}})
 //
-// Types kube-fanout serves are listed and watched through it; every other
-// type keeps controller-runtime's own ListerWatcher on the API server.
+// The cache is controller-runtime's own, built from the manager's
+// cache.Options: DefaultNamespaces, ByObject (namespaces, label and field
+// selectors), DefaultLabelSelector and DefaultFieldSelector give the same
+// informers (one per namespace for a multi-namespace cache) as against the
+// API server, and each of them lists and watches exactly that namespace
+// with exactly those selectors through kube-fanout. A manager whose
+// ServiceAccount has Roles in a few namespaces is then authorized by
+// kube-fanout as by the API server, and a selector-restricted cache holds
+// only the selected objects. Types kube-fanout does not serve keep
+// controller-runtime's ListerWatcher on the API server.
 package crcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	kubefanout "github.com/kube-fanout/kube-fanout/client/go"
 )
 
-// NewInformer has the signature of controller-runtime's
-// cache.Options.NewInformer.
-type NewInformer = func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
+// served is a resource type kube-fanout serves.
+type served struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+}
 
-// NewInformerFunc asks kube-fanout which types it serves (so it fails here,
+// NewCacheFunc asks kube-fanout which types it serves (so it fails here,
 // not later, when kube-fanout cannot be reached) and returns a
-// cache.Options.NewInformer that feeds those types' informers from it.
-// Typed objects are decoded with scheme, unstructured and metadata-only
-// ones as such.
-//
-// controller-runtime hands NewInformer a ListerWatcher with its namespace
-// and selector restrictions (cache.Options DefaultNamespaces, ByObject)
-// already inside, where they cannot be read: an informer fed by kube-fanout
-// watches every namespace without selector. Reads stay correct (the cache
-// filters by namespace when read), only the memory saving of a narrower
-// cache is lost.
-func NewInformerFunc(ctx context.Context, conn *kubefanout.Conn, scheme *runtime.Scheme) (NewInformer, error) {
+// manager's Options.NewCache that feeds those types' informers from it.
+// Typed objects are decoded with the cache's scheme, unstructured and
+// metadata-only ones as such.
+func NewCacheFunc(ctx context.Context, conn *kubefanout.Conn) (cache.NewCacheFunc, error) {
 	resources, err := conn.Resources(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("asking kube-fanout %s which types it serves: %w", conn.Address(), err)
 	}
-	served := map[schema.GroupVersionKind]schema.GroupVersionResource{}
+	types := map[schema.GroupVersionKind]served{}
 	for _, r := range resources {
 		ref := r.GetResource()
 		gvk := schema.GroupVersionKind{Group: ref.GetGroup(), Version: ref.GetVersion(), Kind: r.GetKind()}
-		served[gvk] = schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()}
-	}
-	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-		gvk, decode, ok := kindOf(obj, scheme)
-		if gvr, served := served[gvk]; ok && served {
-			lw = kubefanout.NewListWatch(conn, gvr, metav1.NamespaceAll, nil, decode)
+		types[gvk] = served{
+			gvr:        schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
+			namespaced: r.GetNamespaced(),
 		}
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+	}
+	return func(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+		if opts.Scheme == nil {
+			opts.Scheme = scheme.Scheme
+		}
+		client, err := probingClient(config, opts.HTTPClient)
+		if err != nil {
+			return nil, err
+		}
+		opts.HTTPClient = client
+		next := opts.NewInformer
+		if next == nil {
+			next = toolscache.NewSharedIndexInformer
+		}
+		opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+			gvk, decode, ok := kindOf(obj, opts.Scheme)
+			if t, isServed := types[gvk]; ok && isServed {
+				if s, probed := probe(lw, t); probed {
+					lw = kubefanout.NewListWatch(conn, t.gvr, s.namespace, s.apply, decode)
+				}
+			}
+			return next(lw, obj, resync, indexers)
+		}
+		return cache.New(config, opts)
 	}, nil
 }
 
 // kindOf is the object's kind and the decoding its informer expects.
-func kindOf(obj runtime.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, kubefanout.ListWatchOption, bool) {
+func kindOf(obj runtime.Object, s *runtime.Scheme) (schema.GroupVersionKind, kubefanout.ListWatchOption, bool) {
 	switch obj.(type) {
 	case runtime.Unstructured:
 		return obj.GetObjectKind().GroupVersionKind(), kubefanout.Unstructured(), true
 	case *metav1.PartialObjectMetadata:
 		return obj.GetObjectKind().GroupVersionKind(), kubefanout.Metadata(), true
 	}
-	gvk, err := apiutil.GVKForObject(obj, scheme)
-	return gvk, kubefanout.WithScheme(scheme), err == nil
+	gvk, err := apiutil.GVKForObject(obj, s)
+	return gvk, kubefanout.WithScheme(s), err == nil
+}
+
+// scope is the namespace and selectors of one of controller-runtime's
+// informers.
+type scope struct {
+	namespace, labels, fields string
+}
+
+func (s scope) apply(options *metav1.ListOptions) {
+	options.LabelSelector, options.FieldSelector = s.labels, s.fields
+}
+
+// controller-runtime builds an informer's namespace and selectors into the
+// ListerWatcher it hands NewInformer, where they cannot be read. So it is
+// asked: the probe lists through that ListerWatcher with a context marked
+// probeKey, and the cache's HTTP client answers a marked request itself,
+// noting the namespace and selectors controller-runtime would have asked
+// the API server for; nothing leaves the process. Reading the request
+// rather than controller-runtime's internals keeps this exact across its
+// versions: it is what the API server would have been asked.
+type probeKey struct{}
+
+// errProbed ends a probe's request.
+var errProbed = errors.New("kube-fanout crcache: scope probe (never sent)")
+
+// probe is the scope of the informer lw lists for, if lw is
+// controller-runtime's and asked the HTTP client.
+func probe(lw toolscache.ListerWatcher, t served) (scope, bool) {
+	var asked *http.Request
+	ctx := context.WithValue(context.Background(), probeKey{}, &asked)
+	_, _ = toolscache.ToListerWatcherWithContext(lw).ListWithContext(ctx, metav1.ListOptions{})
+	if asked == nil {
+		return scope{}, false
+	}
+	s := scope{labels: asked.URL.Query().Get("labelSelector"), fields: asked.URL.Query().Get("fieldSelector")}
+	// .../namespaces/NAMESPACE/RESOURCE for one namespace, .../RESOURCE
+	// for all (and for cluster-scoped types).
+	segments := strings.Split(strings.Trim(asked.URL.Path, "/"), "/")
+	n := len(segments)
+	if n == 0 || segments[n-1] != t.gvr.Resource {
+		return scope{}, false
+	}
+	if t.namespaced && n >= 3 && segments[n-3] == "namespaces" {
+		s.namespace = segments[n-2]
+	}
+	return s, true
+}
+
+// probingClient is the cache's HTTP client with probe requests answered
+// in-process; every other request goes out unchanged.
+func probingClient(config *rest.Config, client *http.Client) (*http.Client, error) {
+	if client == nil {
+		var err error
+		if client, err = rest.HTTPClientFor(config); err != nil {
+			return nil, fmt.Errorf("crcache: HTTP client: %w", err)
+		}
+	}
+	next := client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	probing := *client
+	probing.Transport = probeTransport{next: next}
+	return &probing, nil
+}
+
+type probeTransport struct{ next http.RoundTripper }
+
+func (p probeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if asked, ok := req.Context().Value(probeKey{}).(**http.Request); ok {
+		*asked = req
+		return nil, errProbed
+	}
+	return p.next.RoundTrip(req)
 }

@@ -3,71 +3,86 @@ package crcache
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/scheme"
-	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefanout "github.com/kube-fanout/kube-fanout/client/go"
 	pb "github.com/kube-fanout/kube-fanout/client/go/kubefanoutv1"
 )
 
-// served answers that it serves ConfigMaps and counts watches, which it
-// holds open.
-type served struct {
+// fanout answers that it serves ConfigMaps and notes each watch's
+// namespace and selectors; it holds watches open.
+type fanout struct {
 	pb.UnimplementedKubeFanoutServer
-	watches atomic.Int64
+	mu      sync.Mutex
+	watches []string
 }
 
-func (s *served) ListResources(context.Context, *pb.ListResourcesRequest) (*pb.ListResourcesResponse, error) {
+func (s *fanout) ListResources(context.Context, *pb.ListResourcesRequest) (*pb.ListResourcesResponse, error) {
 	return &pb.ListResourcesResponse{Resources: []*pb.ResourceStatus{{
 		Resource: &pb.ResourceRef{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", Namespaced: true,
 	}}}, nil
 }
 
-func (s *served) Watch(_ *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchEvent]) error {
-	s.watches.Add(1)
+func (s *fanout) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchEvent]) error {
+	s.mu.Lock()
+	s.watches = append(s.watches, req.GetNamespace()+" labels="+req.GetLabelSelector()+" fields="+req.GetFieldSelector())
+	s.mu.Unlock()
 	<-stream.Context().Done()
 	return nil
 }
 
-// apiServer stands for the ListerWatcher controller-runtime built; it
-// counts lists and watches.
-type apiServer struct{ calls atomic.Int64 }
-
-func (a *apiServer) lw() *toolscache.ListWatch {
-	return &toolscache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			a.calls.Add(1)
-			return &corev1.SecretList{}, nil
-		},
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			a.calls.Add(1)
-			return watch.NewFake(), nil
-		},
-	}
+func (s *fanout) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(slices.Values(s.watches))
 }
 
-// Types kube-fanout serves (typed or unstructured) are watched through it;
-// the others keep controller-runtime's ListerWatcher.
-func TestServedTypesGoThroughKubeFanoutOthersStay(t *testing.T) {
+// The informers of controller-runtime's cache, built from its options,
+// list and watch exactly their namespace with exactly their selectors
+// through kube-fanout, one per namespace of a multi-namespace cache; types
+// kube-fanout does not serve stay on the API server (a stand-in counting
+// requests: the end-to-end tests use the real one).
+func TestCacheOptionsNarrowKubeFanoutInformers(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	fanout := &served{}
-	pb.RegisterKubeFanoutServer(srv, fanout)
+	fo := &fanout{}
+	pb.RegisterKubeFanoutServer(srv, fo)
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
+	var apiCalls, apiConfigMaps atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		apiCalls.Add(1)
+		if strings.HasSuffix(r.URL.Path, "/configmaps") {
+			apiConfigMaps.Add(1)
+		}
+		if r.URL.Query().Get("watch") == "true" {
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"SecretList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`))
+	}))
+	defer api.Close()
+
 	conn, err := kubefanout.Dial([]string{lis.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
@@ -75,31 +90,36 @@ func TestServedTypesGoThroughKubeFanoutOthersStay(t *testing.T) {
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	newInformer, err := NewInformerFunc(ctx, conn, scheme.Scheme)
+	newCache, err := NewCacheFunc(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := &unstructured.Unstructured{}
-	cm.SetAPIVersion("v1")
-	cm.SetKind("ConfigMap")
-	for _, c := range []struct {
-		obj    runtime.Object
-		fanout int64
-		viaAPI bool
-	}{
-		{&corev1.ConfigMap{}, 1, false},
-		{cm, 2, false},
-		{&corev1.Secret{}, 2, true},
-	} {
-		api := &apiServer{}
-		informer := newInformer(api.lw(), c.obj, 0, toolscache.Indexers{})
-		go informer.RunWithContext(ctx)
-		deadline := time.Now().Add(10 * time.Second)
-		for fanout.watches.Load() != c.fanout || (api.calls.Load() > 0) != c.viaAPI {
-			if time.Now().After(deadline) {
-				t.Fatalf("%T: kube-fanout watches %d, want %d; API server calls %d, want some: %v", c.obj, fanout.watches.Load(), c.fanout, api.calls.Load(), c.viaAPI)
-			}
-			time.Sleep(10 * time.Millisecond)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Secret"), meta.RESTScopeNamespace)
+	c, err := newCache(&rest.Config{Host: api.URL}, cache.Options{
+		Scheme:            scheme.Scheme,
+		Mapper:            mapper,
+		DefaultNamespaces: map[string]cache.Config{"a": {}, "b": {LabelSelector: labels.SelectorFromSet(labels.Set{"team": "b"})}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			t.Fatal(err)
 		}
+	}
+	want := []string{"a labels= fields=", "b labels=team=b fields="}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(fo.seen(), want) || apiCalls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-fanout watches %q, want %q; API server requests %d, want the Secret informers'", fo.seen(), want, apiCalls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := apiConfigMaps.Load(); n != 0 {
+		t.Fatalf("%d ConfigMap requests reached the API server", n)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube-fanout/kube-fanout/client/go/crcache"
@@ -27,14 +26,14 @@ func TestExampleControllerReconcilesThroughKubeFanout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	newInformer, err := crcache.NewInformerFunc(ctx, fo.conn, scheme.Scheme)
+	newCache, err := crcache.NewCacheFunc(ctx, fo.conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mgr, err := ctrl.NewManager(cp.config, ctrl.Options{
-		Scheme:  scheme.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{NewInformer: newInformer},
+		Scheme:   scheme.Scheme,
+		Metrics:  metricsserver.Options{BindAddress: "0"},
+		NewCache: newCache,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kubefanout "github.com/kube-fanout/kube-fanout/client/go"
@@ -36,14 +35,14 @@ func run(ctx context.Context, addrs []string) error {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	newInformer, err := crcache.NewInformerFunc(ctx, conn, scheme.Scheme)
+	newCache, err := crcache.NewCacheFunc(ctx, conn)
 	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme: scheme.Scheme,
 		// The one-line switch: informers read through kube-fanout.
-		Cache: cache.Options{NewInformer: newInformer},
+		NewCache: newCache,
 	})
 	if err != nil {
 		return err
