@@ -203,8 +203,9 @@ func (c *Conn) moveOn(idx int) {
 }
 
 // kind is the Kind of a resource type's objects, as kube-fanout reports it
-// (remembered: it never changes while a server runs).
-func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef) (string, error) {
+// to a caller listing in namespace (remembered: it never changes while a
+// server runs).
+func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef, namespace string) (string, error) {
 	key := resourceKey{ref.GetGroup(), ref.GetVersion(), ref.GetResource()}
 	c.mu.Lock()
 	kind, ok := c.kinds[key]
@@ -212,7 +213,7 @@ func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef) (string, error) {
 	if ok {
 		return kind, nil
 	}
-	resources, err := c.Resources(ctx)
+	resources, err := c.Resources(ctx, namespace)
 	if err != nil {
 		return "", err
 	}
@@ -228,11 +229,13 @@ func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef) (string, error) {
 }
 
 // Resources lists the resource types the server serves, with their cache
-// state.
-func (c *Conn) Resources(ctx context.Context) ([]*pb.ResourceStatus, error) {
+// state. With authorization on, only those the caller may list in
+// namespace ("": cluster-wide) are listed, so a caller whose Roles are per
+// namespace names one of its namespaces.
+func (c *Conn) Resources(ctx context.Context, namespace string) ([]*pb.ResourceStatus, error) {
 	var resp *pb.ListResourcesResponse
 	_, err := c.call(ctx, func(client pb.KubeFanoutClient) (err error) {
-		resp, err = client.ListResources(ctx, &pb.ListResourcesRequest{})
+		resp, err = client.ListResources(ctx, &pb.ListResourcesRequest{Namespace: namespace})
 		return err
 	})
 	if err != nil {

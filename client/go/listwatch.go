@@ -108,7 +108,7 @@ func (lw *ListWatch) ListWithContext(ctx context.Context, options metav1.ListOpt
 	if lw.tweak != nil {
 		lw.tweak(&options)
 	}
-	kind, err := lw.conn.kind(ctx, lw.resource)
+	kind, err := lw.conn.kind(ctx, lw.resource, lw.namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -13,52 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kube-fanout/kube-fanout/client/go/internal/projected"
 	pb "github.com/kube-fanout/kube-fanout/client/go/kubefanoutv1"
 )
-
-// projectedVolume writes files into dir as the kubelet's atomic writer
-// updates a projected volume: a new timestamped directory, the ..data
-// symlink swapped to it by a rename, each file a symlink through ..data,
-// the old directory removed.
-type projectedVolume struct {
-	t   *testing.T
-	dir string
-	gen int
-}
-
-func (v *projectedVolume) write(files map[string]string) {
-	v.t.Helper()
-	v.gen++
-	ts := fmt.Sprintf("..2026_12_01_00_00_%02d.%09d", v.gen, v.gen)
-	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o755); err != nil {
-		v.t.Fatal(err)
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(v.dir, ts, name), []byte(data), 0o600); err != nil {
-			v.t.Fatal(err)
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(v.dir, "..data"))
-	if err := os.Symlink(ts, filepath.Join(v.dir, "..data_tmp")); err != nil {
-		v.t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(v.dir, "..data_tmp"), filepath.Join(v.dir, "..data")); err != nil {
-		v.t.Fatal(err)
-	}
-	for name := range files {
-		link := filepath.Join(v.dir, name)
-		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
-			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
-				v.t.Fatal(err)
-			}
-		}
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(v.dir, old)); err != nil {
-			v.t.Fatal(err)
-		}
-	}
-}
 
 // listToken lists through conn and returns the authorization the server
 // saw, or the list's error.
@@ -84,19 +41,23 @@ func listToken(t *testing.T, f *fakeServer, conn *Conn) (string, error) {
 func TestTokenFileFollowsTheKubeletsRotation(t *testing.T) {
 	f := &fakeServer{list: &pb.ListResponse{ResourceVersion: "1"}}
 	addr := serve(t, f, nil)
-	vol := &projectedVolume{t: t, dir: t.TempDir()}
-	vol.write(map[string]string{"token": "first-token\n"})
-	conn := dial(t, []string{addr}, WithTokenFile(filepath.Join(vol.dir, "token")))
+	vol := &projected.Volume{Dir: t.TempDir()}
+	if err := vol.Write(map[string]string{"token": "first-token\n"}); err != nil {
+		t.Fatal(err)
+	}
+	conn := dial(t, []string{addr}, WithTokenFile(filepath.Join(vol.Dir, "token")))
 	for _, want := range []string{"first-token", "first-token"} {
 		if got, err := listToken(t, f, conn); err != nil || got != "Bearer "+want {
 			t.Fatalf("sent %q (%v), want the token %q", got, err, want)
 		}
 	}
-	vol.write(map[string]string{"token": "second-token"})
+	if err := vol.Write(map[string]string{"token": "second-token"}); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := listToken(t, f, conn); err != nil || got != "Bearer second-token" {
 		t.Fatalf("after the rotation sent %q (%v)", got, err)
 	}
-	if err := os.RemoveAll(vol.dir); err != nil {
+	if err := os.RemoveAll(vol.Dir); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := listToken(t, f, conn); err != nil || got != "Bearer second-token" {

@@ -2,9 +2,8 @@
 // kube-fanout while it writes to the API server. NewCacheFunc returns a
 // manager's Options.NewCache:
 //
-//	newCache, err := crcache.NewCacheFunc(ctx, conn)
 //	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme,
-//		NewCache: newCache,
+//		NewCache: crcache.NewCacheFunc(conn),
 //		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{"a": {}, "b": {}}}})
 //
 // The cache is controller-runtime's own, built from the manager's
@@ -45,26 +44,23 @@ type served struct {
 	namespaced bool
 }
 
-// NewCacheFunc asks kube-fanout which types it serves (so it fails here,
-// not later, when kube-fanout cannot be reached) and returns a
-// manager's Options.NewCache that feeds those types' informers from it.
+// discoveryTimeout bounds asking kube-fanout which types it serves when
+// the cache is made.
+const discoveryTimeout = 30 * time.Second
+
+// NewCacheFunc returns a manager's Options.NewCache that feeds from conn
+// the informers of the types kube-fanout serves. When the manager makes
+// its cache, kube-fanout is asked which types the manager may list in each
+// namespace the cache options name (cluster-wide when they name none), so
+// that it fails then, not later, when kube-fanout cannot be reached.
 // Typed objects are decoded with the cache's scheme, unstructured and
 // metadata-only ones as such.
-func NewCacheFunc(ctx context.Context, conn *kubefanout.Conn) (cache.NewCacheFunc, error) {
-	resources, err := conn.Resources(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("asking kube-fanout %s which types it serves: %w", conn.Address(), err)
-	}
-	types := map[schema.GroupVersionKind]served{}
-	for _, r := range resources {
-		ref := r.GetResource()
-		gvk := schema.GroupVersionKind{Group: ref.GetGroup(), Version: ref.GetVersion(), Kind: r.GetKind()}
-		types[gvk] = served{
-			gvr:        schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
-			namespaced: r.GetNamespaced(),
-		}
-	}
+func NewCacheFunc(conn *kubefanout.Conn) cache.NewCacheFunc {
 	return func(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+		types, err := servedTypes(conn, opts)
+		if err != nil {
+			return nil, err
+		}
 		if opts.Scheme == nil {
 			opts.Scheme = scheme.Scheme
 		}
@@ -87,7 +83,42 @@ func NewCacheFunc(ctx context.Context, conn *kubefanout.Conn) (cache.NewCacheFun
 			return next(lw, obj, resync, indexers)
 		}
 		return cache.New(config, opts)
-	}, nil
+	}
+}
+
+// servedTypes is the types kube-fanout serves the caller in any of the
+// namespaces opts names.
+func servedTypes(conn *kubefanout.Conn, opts cache.Options) (map[schema.GroupVersionKind]served, error) {
+	namespaces := map[string]bool{}
+	for ns := range opts.DefaultNamespaces {
+		namespaces[ns] = true
+	}
+	for _, by := range opts.ByObject {
+		for ns := range by.Namespaces {
+			namespaces[ns] = true
+		}
+	}
+	if len(namespaces) == 0 {
+		namespaces[metav1.NamespaceAll] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discoveryTimeout)
+	defer cancel()
+	types := map[schema.GroupVersionKind]served{}
+	for ns := range namespaces {
+		resources, err := conn.Resources(ctx, ns)
+		if err != nil {
+			return nil, fmt.Errorf("asking kube-fanout %s which types it serves in namespace %q: %w", conn.Address(), ns, err)
+		}
+		for _, r := range resources {
+			ref := r.GetResource()
+			gvk := schema.GroupVersionKind{Group: ref.GetGroup(), Version: ref.GetVersion(), Kind: r.GetKind()}
+			types[gvk] = served{
+				gvr:        schema.GroupVersionResource{Group: ref.GetGroup(), Version: ref.GetVersion(), Resource: ref.GetResource()},
+				namespaced: r.GetNamespaced(),
+			}
+		}
+	}
+	return types, nil
 }
 
 // kindOf is the object's kind and the decoding its informer expects.

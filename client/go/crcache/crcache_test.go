@@ -90,10 +90,7 @@ func TestCacheOptionsNarrowKubeFanoutInformers(t *testing.T) {
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	newCache, err := NewCacheFunc(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	newCache := NewCacheFunc(conn)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("ConfigMap"), meta.RESTScopeNamespace)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Secret"), meta.RESTScopeNamespace)

@@ -26,14 +26,10 @@ func TestExampleControllerReconcilesThroughKubeFanout(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	newCache, err := crcache.NewCacheFunc(ctx, fo.conn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mgr, err := ctrl.NewManager(cp.config, ctrl.Options{
 		Scheme:   scheme.Scheme,
 		Metrics:  metricsserver.Options{BindAddress: "0"},
-		NewCache: newCache,
+		NewCache: crcache.NewCacheFunc(fo.conn),
 	})
 	if err != nil {
 		t.Fatal(err)

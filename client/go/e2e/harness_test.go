@@ -299,11 +299,16 @@ type fanout struct {
 	proc    *process
 	conn    *kubefanout.Conn
 	metrics int
+	// security is the flags for TLS and authentication.
+	security []string
 }
 
 func startFanout(t *testing.T, cp *controlPlane) *fanout {
 	t.Helper()
-	f := &fanout{t: t, cp: cp, bin: fanoutBinary(t), addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), metrics: freePort(t)}
+	f := &fanout{t: t, cp: cp, bin: fanoutBinary(t), addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), metrics: freePort(t),
+		// Loopback and no credentials: the Go client's reading is tested
+		// here, not authorization (tests/tests/auth.rs covers that).
+		security: []string{"--auth=none"}}
 	conn, err := kubefanout.Dial([]string{f.addr})
 	if err != nil {
 		t.Fatal(err)
@@ -315,13 +320,12 @@ func startFanout(t *testing.T, cp *controlPlane) *fanout {
 }
 
 func (f *fanout) start() {
-	f.proc = spawn(f.t, f.cp.dir, "kube-fanout", f.bin,
+	args := append([]string{
 		"--resource", "v1/configmaps", "--listen", f.addr,
-		// Loopback and no credentials: the Go client is tested here, not
-		// authorization (tests/tests/auth.rs covers that).
-		"--auth=none",
 		"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", f.metrics),
-		"--kubeconfig", f.cp.kubeconfig)
+		"--kubeconfig", f.cp.kubeconfig,
+	}, f.security...)
+	f.proc = spawn(f.t, f.cp.dir, "kube-fanout", f.bin, args...)
 	f.waitSynced()
 }
 
@@ -358,5 +362,5 @@ func (f *fanout) waitSynced() {
 func (f *fanout) resources() ([]*pb.ResourceStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return f.conn.Resources(ctx)
+	return f.conn.Resources(ctx, "")
 }

@@ -35,14 +35,10 @@ func run(ctx context.Context, addrs []string) error {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	newCache, err := crcache.NewCacheFunc(ctx, conn)
-	if err != nil {
-		return err
-	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme: scheme.Scheme,
 		// The one-line switch: informers read through kube-fanout.
-		NewCache: newCache,
+		NewCache: crcache.NewCacheFunc(conn),
 	})
 	if err != nil {
 		return err
