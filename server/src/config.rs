@@ -1,11 +1,16 @@
 //! Command-line and environment configuration, like every kube tool.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
 use crate::{
-    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
+    auth::{
+        authn::TokenCacheTtl,
+        authz::DecisionCacheTtl,
+        budget::{Bound, ReviewLimits},
+        limits::CallerLimits,
+    },
     dispatch::IndexFieldFlag,
     keepalive::Keepalive,
     object::Transform,
@@ -239,7 +244,9 @@ pub struct Config {
     #[arg(long, value_delimiter = ',', env = "KUBE_FANOUT_AUTH_TOKEN_AUDIENCES")]
     pub auth_token_audiences: Vec<String>,
 
-    /// Seconds an accepted token's TokenReview answer is cached.
+    /// Seconds an accepted token's TokenReview answer is cached (never past
+    /// the token's own expiry); also how often an open watch's token is
+    /// reviewed again, so the most a watch outlives its token.
     #[arg(
         long,
         default_value_t = 120,
@@ -254,6 +261,61 @@ pub struct Config {
         env = "KUBE_FANOUT_AUTH_TOKEN_FAILURE_CACHE_TTL_SECONDS"
     )]
     pub auth_token_failure_cache_ttl_seconds: u64,
+
+    /// TokenReviews per second for tokens not known to be good (a client's
+    /// first, a garbage one), all sources together; more are refused
+    /// UNAVAILABLE with a RetryInfo. Bounds what authenticating costs the
+    /// API server.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.rate,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_RATE"
+    )]
+    pub auth_token_review_rate: NonZeroU32,
+
+    /// TokenReviews allowed at once above --auth-token-review-rate.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.burst,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_BURST"
+    )]
+    pub auth_token_review_burst: NonZeroU32,
+
+    /// TokenReviews in flight at once for tokens not known to be good, all
+    /// sources together.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.concurrency,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_CONCURRENCY"
+    )]
+    pub auth_token_review_concurrency: NonZeroU32,
+
+    /// TokenReviews per second for tokens not known to be good from one
+    /// client address (IPv6: one /64); more are refused RESOURCE_EXHAUSTED
+    /// with a RetryInfo.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.rate,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_RATE_PER_SOURCE"
+    )]
+    pub auth_token_review_rate_per_source: NonZeroU32,
+
+    /// TokenReviews allowed at once above
+    /// --auth-token-review-rate-per-source, per client address.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.burst,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_BURST_PER_SOURCE"
+    )]
+    pub auth_token_review_burst_per_source: NonZeroU32,
+
+    /// TokenReviews in flight at once per client address.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.concurrency,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_CONCURRENCY_PER_SOURCE"
+    )]
+    pub auth_token_review_concurrency_per_source: NonZeroU32,
 
     /// Seconds an allowed SubjectAccessReview answer is cached; also the
     /// most an open watch outlives the revocation of its permission.
@@ -353,6 +415,18 @@ impl Config {
                     denied: secs(self.authz_denied_cache_ttl_seconds),
                 },
                 metrics: self.metrics_auth == AuthMode::Kubernetes,
+                review_limits: ReviewLimits {
+                    per_source: Bound {
+                        rate: self.auth_token_review_rate_per_source,
+                        burst: self.auth_token_review_burst_per_source,
+                        concurrency: self.auth_token_review_concurrency_per_source,
+                    },
+                    total: Bound {
+                        rate: self.auth_token_review_rate,
+                        burst: self.auth_token_review_burst,
+                        concurrency: self.auth_token_review_concurrency,
+                    },
+                },
                 ..AuthOptions::default()
             }),
             allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
@@ -449,6 +523,18 @@ mod tests {
             "13",
             "--authz-denied-cache-ttl-seconds",
             "14",
+            "--auth-token-review-rate",
+            "15",
+            "--auth-token-review-burst",
+            "16",
+            "--auth-token-review-concurrency",
+            "17",
+            "--auth-token-review-rate-per-source",
+            "18",
+            "--auth-token-review-burst-per-source",
+            "19",
+            "--auth-token-review-concurrency-per-source",
+            "20",
         ]);
         let reflector = config.reflector();
         assert_eq!(reflector.page_size, Some(7));
@@ -467,6 +553,35 @@ mod tests {
         assert_eq!(auth.token_ttl.failure, Duration::from_secs(12));
         assert_eq!(auth.decision_ttl.allowed, Duration::from_secs(13));
         assert_eq!(auth.decision_ttl.denied, Duration::from_secs(14));
+        let n = |n| NonZeroU32::new(n).unwrap();
+        assert_eq!(
+            auth.review_limits,
+            ReviewLimits {
+                per_source: Bound {
+                    rate: n(18),
+                    burst: n(19),
+                    concurrency: n(20),
+                },
+                total: Bound {
+                    rate: n(15),
+                    burst: n(16),
+                    concurrency: n(17),
+                },
+            }
+        );
+        let defaults = parse(&[]).security().auth.expect("on by default");
+        assert_eq!(defaults.review_limits, ReviewLimits::default());
+        assert!(
+            Config::try_parse_from([
+                "kube-fanout",
+                "--resource",
+                "v1/configmaps",
+                "--auth-token-review-rate",
+                "0"
+            ])
+            .is_err(),
+            "no rate means no reviews at all: refused"
+        );
     }
 
     #[test]

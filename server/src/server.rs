@@ -14,10 +14,11 @@ use crate::{
         Access, Authenticator, Authorizer,
         authn::TokenCacheTtl,
         authz::{DecisionCacheTtl, NonResourceAuthorizer},
+        budget::{ReviewBudget, ReviewLimits},
         http_access::HttpAccess,
         layer::AuthenticateLayer,
         limits::{CallerLimits, Limiter},
-        reviews::KubeReviews,
+        reviews::{KubeReviews, ReviewClient},
     },
     cache::{Cache, Served},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
@@ -96,12 +97,19 @@ pub struct AuthOptions {
     /// callers) and authorized (`get` on the non-resource URL); false is
     /// `--metrics-auth=none`.
     pub metrics: bool,
+    /// The bounds on TokenReviews for tokens not known to be good.
+    pub review_limits: ReviewLimits,
+    /// The API client for reviews, apart from the reflectors' (`None`: the
+    /// reflectors' client is shared, as tests that do not care do).
+    pub review_client: Option<ReviewClient>,
 }
 
 impl Default for AuthOptions {
     /// The API server's own webhook defaults for tokens (2 min, failures
-    /// 10 s); a minute for allowed decisions, which also bounds how long a
-    /// watch outlives a revocation, and 30 s for denied ones.
+    /// 10 s; the success TTL also bounds how long a watch outlives its
+    /// token); a minute for allowed decisions, which bounds how long a
+    /// watch outlives a revocation of its permission, and 30 s for denied
+    /// ones.
     fn default() -> Self {
         AuthOptions {
             audiences: Vec::new(),
@@ -115,6 +123,8 @@ impl Default for AuthOptions {
             },
             review_timeout: Duration::from_secs(10),
             metrics: true,
+            review_limits: ReviewLimits::default(),
+            review_client: None,
         }
     }
 }
@@ -286,7 +296,10 @@ pub async fn start(
                 .as_ref()
                 .map(tls::metrics_acceptor)
                 .transpose()?;
-            let registry = metrics::registry(cache.clone());
+            let mut registry = metrics::registry(cache.clone());
+            if let Some(layer) = &authenticate {
+                layer.counters().register(&mut registry);
+            }
             tasks.spawn(
                 metrics::serve(listener, tls, scrapes, registry, cancel.clone())
                     .map_err(ServeError::Io)
@@ -402,11 +415,19 @@ fn secure(
         );
         return Ok((Access::open(), None, None));
     };
-    let reviews = Arc::new(KubeReviews::new(client.clone(), auth.review_timeout));
+    let review_client = match &auth.review_client {
+        Some(ReviewClient(own)) => own.clone(),
+        None => {
+            warn!("reviews share the reflectors' API client");
+            client.clone()
+        }
+    };
+    let reviews = Arc::new(KubeReviews::new(review_client, auth.review_timeout));
     let authenticator = Arc::new(Authenticator::new(
         reviews.clone(),
         auth.audiences.clone(),
         auth.token_ttl,
+        ReviewBudget::new(auth.review_limits),
     ));
     let scrapes = auth.metrics.then(|| {
         HttpAccess::new(
@@ -422,7 +443,7 @@ fn secure(
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }
     Ok((
-        Access::checked(Arc::new(authorizer)),
+        Access::checked(Arc::new(authorizer), authenticator.clone()),
         Some(AuthenticateLayer::new(authenticator)),
         scrapes,
     ))

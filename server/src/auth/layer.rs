@@ -7,8 +7,10 @@
 //! checks stay open so that probes need no credentials.
 
 use std::{
+    net::IpAddr,
     sync::Arc,
     task::{Context, Poll},
+    time::SystemTime,
 };
 
 use futures::future::BoxFuture;
@@ -17,7 +19,8 @@ use tonic::Status;
 use tower::{Layer, Service};
 
 use super::{
-    AuthError, Authenticator, Identity,
+    AuthError, Authenticator, Credential, Identity, Presented,
+    credential::{self, instant_of},
     x509::{CertificateUser, NoUser, certificate_user},
 };
 use crate::tls::ConnInfo;
@@ -40,6 +43,11 @@ impl AuthenticateLayer {
     /// Authenticates bearer tokens with `authenticator`.
     pub fn new(authenticator: Arc<Authenticator>) -> Self {
         AuthenticateLayer { authenticator }
+    }
+
+    /// What its authenticator counts, for the metrics registry.
+    pub fn counters(&self) -> &super::counters::AuthCounters {
+        self.authenticator.counters()
     }
 }
 
@@ -86,23 +94,27 @@ where
             if OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
                 return inner.call(request).await;
             }
-            let certificate = request
-                .extensions()
-                .get::<ConnInfo>()
-                .and_then(|c| c.peer_certificate.as_deref());
-            let identity = match certificate.map(|der| certificate_user(der)) {
+            let conn = request.extensions().get::<ConnInfo>();
+            let source = conn.and_then(|c| c.remote_addr).map(|a| a.ip());
+            let certificate = conn.and_then(|c| c.peer_certificate.as_deref());
+            let headers = request.headers();
+            let identity = match certificate.map(|der| (certificate_user(der), der)) {
                 // As the API server: a certificate's user comes first, and a
                 // certificate it cannot parse fails (there, the handshake).
-                Some(Ok(CertificateUser::User(identity))) => Ok(identity),
-                Some(Err(err)) => Err(AuthError::from(err)),
-                Some(Ok(CertificateUser::NoUser(why))) => {
-                    token_identity(&authenticator, request.headers(), Some(why)).await
+                Some((Ok(CertificateUser::User(identity)), der)) => {
+                    certificate_credential(credential::not_after(der))
+                        .map(|presented| (identity, presented))
                 }
-                None => token_identity(&authenticator, request.headers(), None).await,
+                Some((Err(err), _)) => Err(AuthError::from(err)),
+                Some((Ok(CertificateUser::NoUser(why)), _)) => {
+                    token_identity(&authenticator, headers, source, Some(why)).await
+                }
+                None => token_identity(&authenticator, headers, source, None).await,
             };
             match identity {
-                Ok(identity) => {
+                Ok((identity, presented)) => {
                     request.extensions_mut().insert::<Identity>(identity);
+                    request.extensions_mut().insert::<Presented>(presented);
                     inner.call(request).await
                 }
                 Err(err) => {
@@ -114,20 +126,42 @@ where
     }
 }
 
-/// Who holds the request's bearer token; without one, the error says why
+/// Who holds the request's bearer token (sent from `source`), and the
+/// token to re-check an open watch with; without one, the error says why
 /// the certificate (if any) named no user either.
 async fn token_identity(
     authenticator: &Authenticator,
     headers: &HeaderMap,
+    source: Option<IpAddr>,
     certificate: Option<NoUser>,
-) -> Result<Identity, AuthError> {
+) -> Result<(Identity, Presented), AuthError> {
     match (bearer_token(headers), certificate) {
-        (Ok(token), _) => authenticator.authenticate(token).await,
+        (Ok(token), _) => {
+            let accepted = authenticator.authenticate(token, source).await?;
+            let presented = Presented {
+                credential: Credential::Token(token.into()),
+                expires: accepted.expires,
+            };
+            Ok((accepted.identity, presented))
+        }
         (Err(AuthError::MissingCredentials), Some(why)) => {
             Err(AuthError::CertificateWithoutUser(why))
         }
         (Err(err), _) => Err(err),
     }
+}
+
+/// A verified certificate's credential, until its notAfter (rustls checked
+/// it at the handshake; a connection outlives it, its requests do not).
+fn certificate_credential(not_after: Option<SystemTime>) -> Result<Presented, AuthError> {
+    let not_after = not_after.ok_or(AuthError::CertificateUnreadable)?;
+    if not_after <= SystemTime::now() {
+        return Err(AuthError::CertificateExpired(not_after));
+    }
+    Ok(Presented {
+        credential: Credential::Certificate { not_after },
+        expires: instant_of(not_after),
+    })
 }
 
 /// The bearer token of the authorization header.
