@@ -70,6 +70,8 @@ fn limits() -> ReviewLimits {
 async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut AuthOptions)) -> Result<Fanout> {
     let mut auth = AuthOptions {
         review_client: Some(ReviewClient(client_for(&cp.kubeconfig).await?)),
+        // Scraped by the test on loopback without a token.
+        metrics: false,
         ..AuthOptions::default()
     };
     adjust(&mut auth);
