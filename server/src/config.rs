@@ -6,6 +6,7 @@ use clap::Parser;
 
 use crate::{
     auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
+    connections::ConnectionLimits,
     dispatch::IndexFieldFlag,
     keepalive::Keepalive,
     object::Transform,
@@ -74,6 +75,44 @@ pub struct Config {
         env = "KUBE_FANOUT_MAX_CONNECTION_AGE_SECONDS"
     )]
     pub max_connection_age_seconds: u64,
+
+    /// Most HTTP/2 streams (calls) one gRPC connection may have open at
+    /// once, as the API server's --http2-max-streams-per-connection
+    /// (Go's default, 250); more are refused (RST_STREAM REFUSED_STREAM).
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS")]
+    pub max_concurrent_streams: u32,
+
+    /// Most bytes of request headers one call may carry (HTTP/2
+    /// SETTINGS_MAX_HEADER_LIST_SIZE, decoded); larger are answered HTTP
+    /// 431.
+    #[arg(long, default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_HEADER_LIST_BYTES")]
+    pub max_header_list_bytes: u32,
+
+    /// Seconds a client may take to complete its TLS handshake.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_TLS_HANDSHAKE_TIMEOUT_SECONDS")]
+    pub tls_handshake_timeout_seconds: u64,
+
+    /// Most client connections open at once on the gRPC listener (and,
+    /// counted apart, on the health and metrics listeners); more are closed at once.
+    /// 0: no bound.
+    #[arg(long, default_value_t = 10_000, env = "KUBE_FANOUT_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+
+    /// Most client connections open at once from one IP address (IPv6:
+    /// one /64); more are closed at once. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 100,
+        env = "KUBE_FANOUT_MAX_CONNECTIONS_PER_IP"
+    )]
+    pub max_connections_per_ip: usize,
+
+    /// Seconds a connection may stay open (TLS handshake included) before
+    /// a request on it has been authenticated; then it is closed. On the
+    /// health listener, which authenticates nothing, the most any
+    /// connection stays.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_UNAUTHENTICATED_CONNECTION_TIMEOUT_SECONDS")]
+    pub unauthenticated_connection_timeout_seconds: u64,
 
     /// Address of the Prometheus metrics listener (`GET /metrics`).
     #[arg(
@@ -371,6 +410,20 @@ impl Config {
         }
     }
 
+    /// The bounds on connections these flags describe.
+    pub fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_header_list_bytes: self.max_header_list_bytes,
+            handshake_timeout: Duration::from_secs(self.tls_handshake_timeout_seconds),
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
+            unauthenticated_timeout: Duration::from_secs(
+                self.unauthenticated_connection_timeout_seconds,
+            ),
+        }
+    }
+
     /// How old connections may get (`None`: no bound).
     pub fn max_connection_age(&self) -> Option<MaxConnectionAge> {
         (self.max_connection_age_seconds > 0)
@@ -548,5 +601,44 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn connection_flags_reach_their_bounds_with_safe_defaults() {
+        assert_eq!(parse(&[]).connections(), ConnectionLimits::default());
+        let set = parse(&[
+            "--max-concurrent-streams",
+            "3",
+            "--max-header-list-bytes",
+            "4096",
+            "--tls-handshake-timeout-seconds",
+            "5",
+            "--max-connections",
+            "6",
+            "--max-connections-per-ip",
+            "0",
+            "--unauthenticated-connection-timeout-seconds",
+            "7",
+        ]);
+        assert_eq!(
+            set.connections(),
+            ConnectionLimits {
+                max_concurrent_streams: 3,
+                max_header_list_bytes: 4096,
+                handshake_timeout: Duration::from_secs(5),
+                max_connections: 6,
+                max_connections_per_ip: 0,
+                unauthenticated_timeout: Duration::from_secs(7),
+            }
+        );
+        for zero in [
+            "--max-concurrent-streams",
+            "--max-header-list-bytes",
+            "--tls-handshake-timeout-seconds",
+            "--unauthenticated-connection-timeout-seconds",
+        ] {
+            let argv = ["kube-fanout", "--resource", "v1/configmaps", zero, "0"];
+            assert!(Config::try_parse_from(argv).is_err(), "{zero}=0 accepted");
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod backoff;
 pub mod cache;
 pub mod codec;
 pub mod config;
+pub mod connections;
 pub mod dispatch;
 pub mod error;
 pub mod fields;

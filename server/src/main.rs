@@ -43,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
         security: config.security(),
         keepalive: config.keepalive(),
         max_connection_age: config.max_connection_age(),
+        connections: config.connections(),
     };
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
     tokio::spawn(async move {

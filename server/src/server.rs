@@ -20,6 +20,7 @@ use crate::{
         reviews::KubeReviews,
     },
     cache::{Cache, Served},
+    connections::{ConnectionLimits, Connections},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
     metrics,
@@ -62,6 +63,9 @@ pub struct ServerOptions {
     /// Connections older than this are retired (`None`: never; see
     /// [`crate::retire`]).
     pub max_connection_age: Option<MaxConnectionAge>,
+    /// Bounds on connections and what each may carry, on the gRPC and
+    /// the health listener alike (each counted apart).
+    pub connections: ConnectionLimits,
 }
 
 /// How callers are secured. The default is what `--auth=none` on loopback
@@ -250,17 +254,31 @@ pub async fn start(
             .instrument(info_span!("health")),
     );
 
+    // Counted apart (the metrics listener's too, below), so that a flood
+    // of one listener's connections leaves the others' free.
+    let grpc_connections = Connections::new(options.connections);
+    let health_connections = Connections::new(options.connections);
     let health_addr = match options.health_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
             let bound = listener.local_addr()?;
-            let probes = tonic::transport::Server::builder().add_service(health_service.clone());
+            let probes = bounded(&options.connections).add_service(health_service.clone());
+            // Nothing authenticates here: each connection lasts the
+            // unauthenticated timeout at most, which also ends its health
+            // Watch streams.
+            let accept = tls::Accept {
+                tls: None,
+                keepalive: options.keepalive,
+                max_age: None,
+                connections: health_connections.clone(),
+                close_unauthenticated: true,
+            };
             let shutdown = cancel.clone();
             tasks.spawn(
                 async move {
                     probes
                         .serve_with_incoming_shutdown(
-                            tonic::transport::server::TcpIncoming::from(listener),
+                            tls::incoming(listener, accept, shutdown.clone()),
                             shutdown.cancelled(),
                         )
                         .await?;
@@ -286,11 +304,26 @@ pub async fn start(
                 .as_ref()
                 .map(tls::metrics_acceptor)
                 .transpose()?;
-            let registry = metrics::registry(cache.clone());
+            let metrics_connections = Connections::new(options.connections);
+            let registry = metrics::registry(
+                cache.clone(),
+                vec![
+                    ("grpc", grpc_connections.clone()),
+                    ("health", health_connections.clone()),
+                    ("metrics", metrics_connections.clone()),
+                ],
+            );
             tasks.spawn(
-                metrics::serve(listener, tls, scrapes, registry, cancel.clone())
-                    .map_err(ServeError::Io)
-                    .instrument(info_span!("metrics", %bound)),
+                metrics::serve(
+                    listener,
+                    tls,
+                    metrics_connections,
+                    scrapes,
+                    registry,
+                    cancel.clone(),
+                )
+                .map_err(ServeError::Io)
+                .instrument(info_span!("metrics", %bound)),
             );
             Some(bound)
         }
@@ -317,7 +350,7 @@ pub async fn start(
     let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
         .with_limiter(Limiter::new(options.security.caller_limits));
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = bounded(&options.connections);
     if let Some(age) = options.max_connection_age {
         // GOAWAY at the age; the watches end a little later (see
         // `crate::retire`), and with them the connection.
@@ -342,16 +375,20 @@ pub async fn start(
         }
         .instrument(info_span!("close-watches")),
     );
-    let (shutdown, keepalive, max_age) = (
-        cancel.clone(),
-        options.keepalive,
-        options.max_connection_age,
-    );
+    let accept = tls::Accept {
+        tls,
+        keepalive: options.keepalive,
+        max_age: options.max_connection_age,
+        connections: grpc_connections,
+        // Without authentication nothing ever is authenticated.
+        close_unauthenticated: options.security.auth.is_some(),
+    };
+    let shutdown = cancel.clone();
     tasks.spawn(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    tls::incoming(listener, tls, keepalive, max_age, shutdown.clone()),
+                    tls::incoming(listener, accept, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;
@@ -368,6 +405,15 @@ pub async fn start(
         tasks,
         cancel,
     })
+}
+
+/// A gRPC server builder with the HTTP/2 bounds of `limits`. tonic would
+/// otherwise pass no stream bound at all to hyper (overriding hyper's own
+/// 200), so one connection could open streams without end.
+fn bounded(limits: &ConnectionLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_max_header_list_size(limits.max_header_list_bytes)
 }
 
 /// gRPC message compression, negotiated per call and off unless the
