@@ -77,9 +77,9 @@ pub struct Config {
     pub max_connection_age_seconds: u64,
 
     /// Most HTTP/2 streams (calls) one gRPC connection may have open at
-    /// once, as the API server's --http2-max-streams-per-connection
-    /// (Go's default, 250); more are refused (RST_STREAM REFUSED_STREAM).
-    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS")]
+    /// once, kube-apiserver's --http2-max-streams-per-connection default;
+    /// more are refused (RST_STREAM REFUSED_STREAM).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS")]
     pub max_concurrent_streams: u32,
 
     /// Most bytes of request headers one call may carry (HTTP/2

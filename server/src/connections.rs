@@ -5,9 +5,10 @@
 //! carry (concurrent streams, header list size).
 //!
 //! The API server (Go's `net/http` and `x/net/http2`, as
-//! `k8s.io/apiserver`'s secure serving sets them) allows 250 concurrent
-//! streams per connection unless `--http2-max-streams-per-connection` says
-//! otherwise, 1 MiB of headers, and a TLS handshake plus first request
+//! `k8s.io/apiserver`'s secure serving sets them) allows 1000 concurrent
+//! streams per connection (kube-apiserver's
+//! `--http2-max-streams-per-connection` default; Go's own is 250), 1 MiB
+//! of headers, and a TLS handshake plus first request
 //! header within 32 s (`ReadHeaderTimeout`); it closes a connection idle
 //! for 90 s. It counts no connections: its bounds are per request
 //! (`--max-requests-inflight`), which cost it an authentication each.
@@ -55,7 +56,9 @@ pub struct ConnectionLimits {
 }
 
 impl Default for ConnectionLimits {
-    /// The API server's streams per connection (250); 16 KiB of headers
+    /// kube-apiserver's streams per connection (1000, as many as
+    /// `--max-watches-per-caller` allows one caller, so a client with
+    /// every watch on one connection never has one queued); 16 KiB of headers
     /// (hyper's default, twice the largest authorization header looked at,
     /// [`crate::auth::layer::MAX_AUTHORIZATION_BYTES`]); a 10 s handshake
     /// (client-go's own TLS handshake timeout); 10,000 connections (about
@@ -63,7 +66,7 @@ impl Default for ConnectionLimits {
     /// needs one: gRPC multiplexes its calls); 30 s to authenticate.
     fn default() -> Self {
         ConnectionLimits {
-            max_concurrent_streams: 250,
+            max_concurrent_streams: 1000,
             max_header_list_bytes: 16 * 1024,
             handshake_timeout: Duration::from_secs(10),
             max_connections: 10_000,
