@@ -27,11 +27,11 @@ use kube_fanout_client::{
     watcher::ends_initial_events,
 };
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, user_token},
+    controlplane::{ADMIN_TOKEN, ControlPlane, user_token},
     fanout::Fanout,
     pki::Ca,
     support::{
-        create_configmap, create_namespace, decode, http_get, next_change, read_snapshot,
+        create_configmap, create_namespace, decode, https_get, next_change, read_snapshot,
         watch_list,
     },
 };
@@ -178,9 +178,12 @@ async fn still_receiving(
     }
 }
 
-/// The value of one metric line of kube-fanout's `/metrics`.
-async fn metric(fanout: &Fanout, line: &str) -> Result<u64> {
-    let text = http_get(fanout.metrics_addr.context("no metrics")?, "/metrics").await?;
+/// The value of one metric line of kube-fanout's `/metrics` (over TLS,
+/// scraped as the admin).
+async fn metric(fanout: &Fanout, ca: &str, line: &str) -> Result<u64> {
+    let addr = fanout.metrics_addr.context("no metrics")?;
+    let (status, text) = https_get(addr, "localhost", ca, "/metrics", Some(ADMIN_TOKEN)).await?;
+    ensure!(status == 200, "/metrics: {status} {text}");
     let value = text
         .lines()
         .find_map(|l| l.strip_prefix(line)?.strip_prefix(' '))
@@ -364,7 +367,7 @@ async fn hostile_connections_are_bounded_while_legitimate_subscribers_carry_on()
 
     // One address at its bound: more are closed at once; the legitimate
     // clients' address still connects. None of these authenticate.
-    let refused_before = metric(&fanout, REFUSED_PER_IP).await?;
+    let refused_before = metric(&fanout, &ca, REFUSED_PER_IP).await?;
     let mut held = Vec::new();
     for _ in 0..PER_IP {
         held.push((raw.connect_from(ATTACKER).await?, Instant::now()));
@@ -379,7 +382,7 @@ async fn hostile_connections_are_bounded_while_legitimate_subscribers_carry_on()
             PER_IP + 1
         ),
     }
-    ensure!(metric(&fanout, REFUSED_PER_IP).await? == refused_before + 1);
+    ensure!(metric(&fanout, &ca, REFUSED_PER_IP).await? == refused_before + 1);
     let mut another = client(&fanout, &ca, "alice").await?;
     another.list_resources().await?;
     still_receiving(&admin, &mut subscriber, "at-the-bound").await?;
@@ -398,7 +401,7 @@ async fn hostile_connections_are_bounded_while_legitimate_subscribers_carry_on()
             "{after:?}"
         );
     }
-    ensure!(metric(&fanout, CLOSED_UNAUTHENTICATED).await? >= PER_IP as u64);
+    ensure!(metric(&fanout, &ca, CLOSED_UNAUTHENTICATED).await? >= PER_IP as u64);
     drop(held);
     raw.connect_from(ATTACKER).await?;
 
