@@ -78,8 +78,12 @@ pub struct Config {
 
     /// Most HTTP/2 streams (calls) one gRPC connection may have open at
     /// once, kube-apiserver's --http2-max-streams-per-connection default;
-    /// more are refused (RST_STREAM REFUSED_STREAM).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS")]
+    /// more are refused (RST_STREAM REFUSED_STREAM). 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS"
+    )]
     pub max_concurrent_streams: u32,
 
     /// Most bytes of request headers one call may carry (HTTP/2
@@ -632,7 +636,6 @@ mod tests {
             }
         );
         for zero in [
-            "--max-concurrent-streams",
             "--max-header-list-bytes",
             "--tls-handshake-timeout-seconds",
             "--unauthenticated-connection-timeout-seconds",

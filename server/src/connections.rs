@@ -33,8 +33,8 @@ use tracing::warn;
 /// The bounds on connections; 0 for a count means no bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// HTTP/2 streams one connection may have open at once; more are
-    /// refused with `RST_STREAM(REFUSED_STREAM)` (clients that honour the
+    /// HTTP/2 streams one connection may have open at once (0: no bound);
+    /// more are refused with `RST_STREAM(REFUSED_STREAM)` (clients that honour the
     /// setting queue them instead).
     pub max_concurrent_streams: u32,
     /// Bytes of request headers (HPACK-decoded, as HTTP/2's

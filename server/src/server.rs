@@ -412,7 +412,9 @@ pub async fn start(
 /// 200), so one connection could open streams without end.
 fn bounded(limits: &ConnectionLimits) -> tonic::transport::Server {
     tonic::transport::Server::builder()
-        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_concurrent_streams(
+            (limits.max_concurrent_streams > 0).then_some(limits.max_concurrent_streams),
+        )
         .http2_max_header_list_size(limits.max_header_list_bytes)
 }
 
