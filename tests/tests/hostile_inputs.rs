@@ -443,10 +443,11 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
             anyhow::Ok(())
         }
     });
+    let (alice, bob) = (user_token("alice"), user_token("bob"));
     let started = std::time::Instant::now();
     let (without, with_one) = tokio::join!(
-        attacks_without_rights(&server, &user_token("alice")),
-        attacks_with_one_namespace(&server, &user_token("bob"), expected),
+        attacks_without_rights(&server, &alice),
+        attacks_with_one_namespace(&server, &bob, expected),
     );
     without?;
     with_one?;
