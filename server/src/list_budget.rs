@@ -57,12 +57,13 @@ pub struct ListBytesLimits {
 }
 
 impl Default for ListBytesLimits {
-    /// No bound worth the name (4 TiB): for tests and embedders that set
-    /// none; the binary's flags default to bounds.
+    /// No bound worth the name (4 GiB each, 4 TiB in all, so a thousand
+    /// Lists can be cut at once): for tests and embedders that set none;
+    /// the binary's flags default to bounds.
     fn default() -> Self {
         let most = u64::from(u32::MAX) * UNIT;
         ListBytesLimits {
-            per_list: most,
+            per_list: most / 1024,
             total: most,
         }
     }

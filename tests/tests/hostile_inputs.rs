@@ -350,7 +350,7 @@ async fn attacks_with_one_namespace(
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -> Result<()> {
     let cp = ControlPlane::start().await?;
     let admin = cp.client.clone();
@@ -420,15 +420,16 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
     let baseline = rss(pid)?;
     let peak = Arc::new(AtomicU64::new(baseline));
     let done = Arc::new(AtomicBool::new(false));
-    let sampler = tokio::spawn({
+    // A thread of its own, so that sampling never waits on the attacks'
+    // work in the test's runtime.
+    let sampler = std::thread::spawn({
         let (peak, done) = (peak.clone(), done.clone());
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
+        move || {
             while !done.load(Ordering::SeqCst) {
-                tick.tick().await;
                 if let Ok(now) = rss(pid) {
                     peak.fetch_max(now, Ordering::SeqCst);
                 }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     });
@@ -454,7 +455,7 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
     writer.await??;
     let attacks_took = started.elapsed();
     done.store(true, Ordering::SeqCst);
-    sampler.await?;
+    sampler.join().expect("the sampler panicked");
 
     reader.await??;
     let growth = peak.load(Ordering::SeqCst).saturating_sub(baseline);
