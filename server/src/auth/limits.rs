@@ -222,11 +222,20 @@ mod tests {
     /// A user named like another caller's pod is a caller of its own.
     #[test]
     fn a_user_named_like_a_pod_of_another_is_not_that_pod() {
-        let pod = Caller::User {
-            user: "alice".into(),
-            pod: Some("1".into()),
+        let caller = |user: &str, extra: &[(&str, &str)]| {
+            let mut extensions = http::Extensions::new();
+            extensions.insert(Identity {
+                user: user.into(),
+                extra: extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+                    .collect(),
+                ..Identity::default()
+            });
+            Limiter::caller(&extensions)
         };
-        let lookalike = user("alice (pod 1)");
+        let pod = caller("alice", &[(POD_UID, "1")]);
+        let lookalike = caller("alice (pod 1)", &[]);
         assert_ne!(pod, lookalike);
         let limiter = Limiter::new(CallerLimits {
             watches: 1,
