@@ -25,6 +25,11 @@ use std::{
 use bytes::{Buf, Bytes};
 use futures::future::BoxFuture;
 use http_body::{Body, Frame};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, gauge::ConstGauge},
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::server::NamedService;
 
@@ -69,10 +74,13 @@ impl Default for ListBytesLimits {
     }
 }
 
-/// The List byte budget of the whole server.
+/// The List byte budget of the whole server; a Prometheus collector of
+/// `kube_fanout_list_bytes_reserved` (what Lists hold now, to graph against
+/// `kube_fanout_list_bytes_limit`).
 #[derive(Debug, Clone)]
 pub struct ListBudget {
     per_list: u64,
+    limit: u64,
     total: Arc<Semaphore>,
 }
 
@@ -81,6 +89,7 @@ impl ListBudget {
     pub fn new(limits: ListBytesLimits) -> Self {
         ListBudget {
             per_list: limits.per_list.min(limits.total),
+            limit: u64::from(units(limits.total)) * UNIT,
             total: Arc::new(Semaphore::new(units(limits.total) as usize)),
         }
     }
@@ -106,6 +115,28 @@ impl ListBudget {
     /// Bytes of the total budget not reserved now.
     pub fn available(&self) -> u64 {
         self.total.available_permits() as u64 * UNIT
+    }
+}
+
+impl Collector for ListBudget {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = |bytes: u64| ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX));
+        for (name, help, bytes) in [
+            (
+                "kube_fanout_list_bytes_reserved",
+                "Bytes of List responses reserved or held now (--max-list-bytes-in-flight bounds them).",
+                self.limit - self.available(),
+            ),
+            (
+                "kube_fanout_list_bytes_limit",
+                "--max-list-bytes-in-flight.",
+                self.limit,
+            ),
+        ] {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            gauge(bytes).encode(metric)?;
+        }
+        Ok(())
     }
 }
 
@@ -265,6 +296,15 @@ mod tests {
         assert_eq!(budget.available(), 0);
         let second = second.keep(0);
         assert_eq!(budget.available(), 4 * UNIT, "the first holds two units");
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(budget.clone()));
+        let text = crate::metrics::render(&registry).unwrap();
+        for line in [
+            "kube_fanout_list_bytes_reserved 2048",
+            "kube_fanout_list_bytes_limit 6144",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
         drop((first, second));
         assert_eq!(budget.available(), 6 * UNIT);
     }

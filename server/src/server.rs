@@ -280,6 +280,7 @@ pub async fn start(
 
     let local_addr = listener.local_addr()?;
     let (access, authenticate, scrapes) = secure(&client, &options.security, local_addr)?;
+    let list_budget = ListBudget::new(options.security.list_bytes);
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
@@ -291,7 +292,8 @@ pub async fn start(
                 .as_ref()
                 .map(tls::metrics_acceptor)
                 .transpose()?;
-            let registry = metrics::registry(cache.clone());
+            let mut registry = metrics::registry(cache.clone());
+            registry.register_collector(Box::new(list_budget.clone()));
             tasks.spawn(
                 metrics::serve(listener, tls, scrapes, registry, cancel.clone())
                     .map_err(ServeError::Io)
@@ -322,7 +324,7 @@ pub async fn start(
     let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
         .with_limiter(Limiter::new(options.security.caller_limits))
-        .with_list_budget(ListBudget::new(options.security.list_bytes));
+        .with_list_budget(list_budget);
     let mut builder = tonic::transport::Server::builder();
     if let Some(age) = options.max_connection_age {
         // GOAWAY at the age; the watches end a little later (see
