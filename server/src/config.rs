@@ -9,6 +9,7 @@ use crate::{
     connections::ConnectionLimits,
     dispatch::IndexFieldFlag,
     keepalive::Keepalive,
+    list_budget::ListBytesLimits,
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
@@ -286,6 +287,7 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 120,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTH_TOKEN_CACHE_TTL_SECONDS"
     )]
     pub auth_token_cache_ttl_seconds: u64,
@@ -294,6 +296,7 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 10,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTH_TOKEN_FAILURE_CACHE_TTL_SECONDS"
     )]
     pub auth_token_failure_cache_ttl_seconds: u64,
@@ -303,6 +306,7 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 60,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTHZ_ALLOWED_CACHE_TTL_SECONDS"
     )]
     pub authz_allowed_cache_ttl_seconds: u64,
@@ -311,6 +315,7 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 30,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTHZ_DENIED_CACHE_TTL_SECONDS"
     )]
     pub authz_denied_cache_ttl_seconds: u64,
@@ -334,6 +339,27 @@ pub struct Config {
         env = "KUBE_FANOUT_MAX_SNAPSHOTS_PER_CALLER"
     )]
     pub max_snapshots_per_caller: usize,
+
+    /// Most bytes of objects one List response may hold: a paged List gets
+    /// a shorter page (with a continue token), an unpaged one over it is
+    /// refused (RESOURCE_EXHAUSTED). At most --max-list-bytes-in-flight.
+    #[arg(long, default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES")]
+    pub max_list_bytes: u64,
+
+    /// Most bytes of objects all List responses of all callers may hold at
+    /// once, until each is handed to HTTP/2; a List waits for room.
+    #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES_IN_FLIGHT")]
+    pub max_list_bytes_in_flight: u64,
+}
+
+/// A cache TTL flag: at least a second, or every request would ask the
+/// API server again (0 made an open watch re-ask in a tight loop).
+fn ttl_seconds(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Err("0 would ask the API server again on every request; at least 1 second".into()),
+        Ok(secs) => Ok(secs),
+        Err(err) => Err(format!("not a number of seconds: {err}")),
+    }
 }
 
 /// How callers are checked.
@@ -402,6 +428,10 @@ impl Config {
             caller_limits: CallerLimits {
                 watches: self.max_watches_per_caller,
                 snapshots: self.max_snapshots_per_caller,
+            },
+            list_bytes: ListBytesLimits {
+                per_list: self.max_list_bytes.min(self.max_list_bytes_in_flight),
+                total: self.max_list_bytes_in_flight,
             },
         }
     }
@@ -563,6 +593,48 @@ mod tests {
             parse(&["--unready-after-seconds", "0"]).unready_after(),
             None
         );
+    }
+
+    #[test]
+    fn cache_ttls_are_at_least_a_second() {
+        for flag in [
+            "--auth-token-cache-ttl-seconds",
+            "--auth-token-failure-cache-ttl-seconds",
+            "--authz-allowed-cache-ttl-seconds",
+            "--authz-denied-cache-ttl-seconds",
+        ] {
+            let err =
+                Config::try_parse_from(["kube-fanout", "--resource", "v1/configmaps", flag, "0"])
+                    .unwrap_err()
+                    .to_string();
+            assert!(
+                err.contains("0 would ask the API server again on every request"),
+                "{flag}: {err}"
+            );
+            parse(&[flag, "1"]);
+        }
+    }
+
+    #[test]
+    fn list_byte_flags_reach_their_bounds() {
+        assert_eq!(
+            parse(&[]).security().list_bytes,
+            ListBytesLimits {
+                per_list: 64 << 20,
+                total: 256 << 20
+            }
+        );
+        let set = parse(&["--max-list-bytes", "7", "--max-list-bytes-in-flight", "9"]);
+        assert_eq!(
+            set.security().list_bytes,
+            ListBytesLimits {
+                per_list: 7,
+                total: 9
+            }
+        );
+        // One List never gets more than all of them.
+        let capped = parse(&["--max-list-bytes", "10", "--max-list-bytes-in-flight", "9"]);
+        assert_eq!(capped.security().list_bytes.per_list, 9);
     }
 
     #[test]

@@ -62,7 +62,7 @@ const FAMILIES: &[Family] = &[
         name: "kube_fanout_subscribers",
         help: "Open Watch streams.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.subscribers(),
+        value: |served, _, _| served.subscribers(""),
     },
     Family {
         name: "kube_fanout_indexed_subscribers",
@@ -428,7 +428,7 @@ mod tests {
         let mut cache = Cache::default();
         cache.insert(Served::new(store, reflector));
         let served = cache.iter().next().unwrap().clone();
-        let subscriber = served.subscriber();
+        let subscriber = served.subscriber("");
         subscriber.ended(&crate::subscription::WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });

@@ -23,6 +23,7 @@ use crate::{
     connections::{ConnectionLimits, Connections},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
+    list_budget::{HoldListBytes, ListBudget, ListBytesLimits},
     metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
@@ -31,6 +32,7 @@ use crate::{
     store::{HistoryLimits, Store},
     subscription::Limits,
     tls::{self, TlsError, TlsFiles},
+    validation::MAX_REQUEST_BYTES,
 };
 
 /// What the server needs besides an API client and a listener.
@@ -83,6 +85,9 @@ pub struct Security {
     pub allow_unauthenticated_remote: bool,
     /// What each caller may hold open (default: no bound).
     pub caller_limits: CallerLimits,
+    /// Bytes List responses may hold, each and all together (default: no
+    /// bound worth the name).
+    pub list_bytes: ListBytesLimits,
 }
 
 /// How callers are authenticated and authorized.
@@ -293,6 +298,7 @@ pub async fn start(
 
     let local_addr = listener.local_addr()?;
     let (access, authenticate, scrapes) = secure(&client, &options.security, local_addr)?;
+    let list_budget = ListBudget::new(options.security.list_bytes);
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
@@ -305,7 +311,7 @@ pub async fn start(
                 .map(tls::metrics_acceptor)
                 .transpose()?;
             let metrics_connections = Connections::new(options.connections);
-            let registry = metrics::registry(
+            let mut registry = metrics::registry(
                 cache.clone(),
                 vec![
                     ("grpc", grpc_connections.clone()),
@@ -313,6 +319,7 @@ pub async fn start(
                     ("metrics", metrics_connections.clone()),
                 ],
             );
+            registry.register_collector(Box::new(list_budget.clone()));
             tasks.spawn(
                 metrics::serve(
                     listener,
@@ -349,7 +356,8 @@ pub async fn start(
         .transpose()?;
     let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
-        .with_limiter(Limiter::new(options.security.caller_limits));
+        .with_limiter(Limiter::new(options.security.caller_limits))
+        .with_list_budget(list_budget);
     let mut builder = bounded(&options.connections);
     if let Some(age) = options.max_connection_age {
         // GOAWAY at the age; the watches end a little later (see
@@ -361,7 +369,7 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
-        .add_service(compressed(KubeFanoutServer::new(service)));
+        .add_service(HoldListBytes(compressed(KubeFanoutServer::new(service))));
     // Open watches end at once (with ShuttingDown) so that the graceful
     // shutdown is not held up by them. A task of its own: tonic does not
     // wait on its shutdown signal once the listener's stream has ended,
@@ -424,10 +432,15 @@ fn bounded(limits: &ConnectionLimits) -> tonic::transport::Server {
 /// `grpc-accept-encoding`. tonic then compresses every response message of
 /// the call, however small (it has no size threshold), and per call: a
 /// live event shared by many subscribers is compressed once for each of
-/// them that asked (what that costs is in BENCHMARKS.md).
+/// them that asked (what that costs is in BENCHMARKS.md). A request is
+/// decoded only up to [`MAX_REQUEST_BYTES`] after decompression, so a few
+/// KB of gzip cannot make kube-fanout hold megabytes (tonic answers
+/// RESOURCE_EXHAUSTED, or OUT_OF_RANGE for an uncompressed one, naming the
+/// limit).
 fn compressed(server: KubeFanoutServer<FanoutService>) -> KubeFanoutServer<FanoutService> {
     use tonic::codec::CompressionEncoding::{Gzip, Zstd};
     server
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
         .accept_compressed(Gzip)
         .accept_compressed(Zstd)
         .send_compressed(Gzip)

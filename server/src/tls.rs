@@ -2,8 +2,8 @@
 //! read again when their files change (checked at each handshake, so
 //! rotation needs no restart and open connections are untouched, as
 //! Kubernetes components do); the optional client CA verifies client
-//! certificates, whose CN is the user and O entries the groups, as the API
-//! server maps them.
+//! certificates, which go to the gRPC layers as they are (DER), for the
+//! auth module to map to a user (`crate::auth::x509`).
 
 use std::{
     io,
@@ -40,7 +40,6 @@ use tonic::transport::server::Connected;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::{
-    auth::{AUTHENTICATED_GROUP, Identity},
     connections::{Authenticated, Connections, Slot},
     keepalive::Keepalive,
     retire::MaxConnectionAge,
@@ -422,8 +421,9 @@ type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 pub struct ConnInfo {
     /// The client's address.
     pub remote_addr: Option<SocketAddr>,
-    /// The user a verified client certificate names.
-    pub client_identity: Option<Identity>,
+    /// The client's certificate (the leaf, DER), present only when
+    /// verified against the client CA.
+    pub peer_certificate: Option<Arc<CertificateDer<'static>>>,
     /// When the connection's watches end, with a maximum connection age
     /// (see [`crate::retire`]).
     pub retire_at: Option<Instant>,
@@ -444,7 +444,7 @@ impl Connected for Conn {
         match &self.io {
             Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
-                client_identity: None,
+                peer_certificate: None,
                 retire_at,
                 authenticated,
             },
@@ -453,36 +453,16 @@ impl Connected for Conn {
                 ConnInfo {
                     remote_addr: tcp.peer_addr().ok(),
                     // Only present when verified against the client CA.
-                    client_identity: session
+                    peer_certificate: session
                         .peer_certificates()
                         .and_then(|chain| chain.first())
-                        .and_then(|leaf| certificate_identity(leaf)),
+                        .map(|leaf| Arc::new(leaf.clone().into_owned())),
                     retire_at,
                     authenticated,
                 }
             }
         }
     }
-}
-
-/// The user a client certificate names: CN the user, each O a group.
-pub fn certificate_identity(der: &CertificateDer<'_>) -> Option<Identity> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
-    let subject = cert.subject();
-    let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
-    if user.is_empty() {
-        return None;
-    }
-    let mut groups: Vec<String> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_owned))
-        .collect();
-    groups.push(AUTHENTICATED_GROUP.to_owned());
-    Some(Identity {
-        user,
-        groups,
-        ..Identity::default()
-    })
 }
 
 impl AsyncRead for Conn {
@@ -832,21 +812,5 @@ mod tests {
         assert!(conn.socket().nodelay().unwrap(), "TLS: Nagle is on");
         assert!(probing(&conn), "TLS: no keepalive");
         cancel.cancel();
-    }
-
-    #[test]
-    fn a_client_certificate_names_its_user_and_groups() {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "carol");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "team-a");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let identity = certificate_identity(cert.der()).unwrap();
-        assert_eq!(identity.user, "carol");
-        assert_eq!(identity.groups, ["team-a", AUTHENTICATED_GROUP]);
     }
 }

@@ -289,6 +289,26 @@ impl ControlPlane {
         Ok(kube::Client::try_from(config)?)
     }
 
+    /// A client of the API server that authenticates with a client
+    /// certificate (`cert` and `key`, PEM; the API server trusts client
+    /// certificates only with `--client-ca-file` in
+    /// [`Options::extra_args`]), and also sends `token` if given.
+    pub fn client_with_certificate(
+        &self,
+        cert: &str,
+        key: &str,
+        token: Option<&str>,
+    ) -> Result<kube::Client> {
+        use base64::Engine;
+        let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+        let mut config = kube::Config::new(self.server_url.parse()?);
+        config.root_cert = Some(vec![pem_der(&self.ca_pem)?]);
+        config.auth_info.client_certificate_data = Some(b64(cert));
+        config.auth_info.client_key_data = Some(b64(key).into());
+        config.auth_info.token = token.map(|t| t.to_owned().into());
+        Ok(kube::Client::try_from(config)?)
+    }
+
     /// A token for the ServiceAccount `namespace/name` (created if missing)
     /// from the TokenRequest API, for `audiences` (empty: the API server's).
     pub async fn service_account_token(
@@ -445,7 +465,7 @@ fn write_credentials(d: &Path) -> Result<String> {
 }
 
 /// The DER of the first certificate in `pem`.
-fn pem_der(pem: &str) -> Result<Vec<u8>> {
+pub fn pem_der(pem: &str) -> Result<Vec<u8>> {
     use base64::Engine;
     let body: String = pem
         .lines()

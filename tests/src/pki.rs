@@ -1,12 +1,21 @@
 //! Throwaway certificate authorities for TLS tests and the demo: serving
 //! certificates for loopback and client certificates (CN the user, O the
-//! group, as the API server and kube-fanout read them).
+//! group, as the API server and kube-fanout read them), also with subjects
+//! of shapes rcgen cannot write (see [`subject`]).
 
-use anyhow::Result;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use anyhow::{Context, Result};
+use base64::Engine;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, PublicKeyData,
+    SigningKey,
+};
 
 /// A CA that signs serving and client certificates.
-pub struct Ca(CertifiedIssuer<'static, KeyPair>);
+pub struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    /// Its subject's one CN.
+    name: String,
+}
 
 /// A certificate and its key, both PEM.
 pub struct Pair {
@@ -22,22 +31,22 @@ impl Ca {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
-        Ok(Ca(CertifiedIssuer::self_signed(
-            params,
-            KeyPair::generate()?,
-        )?))
+        Ok(Ca {
+            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate()?)?,
+            name: name.to_owned(),
+        })
     }
 
     /// The CA certificate, PEM.
     pub fn pem(&self) -> String {
-        self.0.pem()
+        self.issuer.pem()
     }
 
     /// A serving certificate for `localhost` and 127.0.0.1.
     pub fn serving(&self) -> Result<Pair> {
         let key = KeyPair::generate()?;
         let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?
-            .signed_by(&key, &self.0)?;
+            .signed_by(&key, &self.issuer)?;
         Ok(Pair {
             cert: cert.pem(),
             key: key.serialize_pem(),
@@ -52,10 +61,131 @@ impl Ca {
         params
             .distinguished_name
             .push(DnType::OrganizationName, group);
-        let cert = params.signed_by(&key, &self.0)?;
+        let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Pair {
             cert: cert.pem(),
             key: key.serialize_pem(),
         })
+    }
+
+    /// A client certificate whose subject is `subject` (a whole DER
+    /// `Name`, see [`subject`]): several CNs or O, multi-valued RDNs, any
+    /// string type or bytes. rcgen writes one attribute per type, so the
+    /// certificate is put together here and signed with the CA's key.
+    pub fn client_with_subject(&self, subject: &[u8]) -> Result<Pair> {
+        use subject::{SEQUENCE, tlv};
+        let key = KeyPair::generate()?;
+        // The issuer must be the CA's subject byte for byte: rcgen writes
+        // a CN as one UTF8String in one RDN (checked against its DER).
+        let issuer = subject::name(&[&[subject::cn(&self.name)]]);
+        let ca_der = self.issuer.der().as_ref();
+        ca_der
+            .windows(issuer.len())
+            .position(|w| w == issuer.as_slice())
+            .context("the CA's subject is not the name expected")?;
+        // ecdsa-with-SHA256: rcgen's default key is ECDSA P-256.
+        let algorithm = tlv(
+            SEQUENCE,
+            &tlv(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]),
+        );
+        let mut serial = rand::random::<[u8; 8]>();
+        serial[0] &= 0x7f;
+        serial[0] |= 0x01;
+        let validity = [tlv(0x17, b"200101000000Z"), tlv(0x17, b"491231235959Z")].concat();
+        let tbs = tlv(
+            SEQUENCE,
+            &[
+                tlv(0xa0, &tlv(0x02, &[2])), // v3
+                tlv(0x02, &serial),
+                algorithm.clone(),
+                issuer,
+                tlv(SEQUENCE, &validity),
+                subject.to_vec(),
+                key.subject_public_key_info(),
+            ]
+            .concat(),
+        );
+        let signature = self.issuer.key().sign(&tbs)?;
+        let bits = [&[0u8][..], &signature].concat();
+        let der = tlv(SEQUENCE, &[tbs, algorithm, tlv(0x03, &bits)].concat());
+        let body = base64::engine::general_purpose::STANDARD.encode(der);
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
+            .collect();
+        Ok(Pair {
+            cert: format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                lines.join("\n")
+            ),
+            key: key.serialize_pem(),
+        })
+    }
+}
+
+/// DER pieces of certificate subjects: [`name`] of RDNs of attributes.
+pub mod subject {
+    /// The SEQUENCE tag.
+    pub const SEQUENCE: u8 = 0x30;
+    /// The UTF8String tag.
+    pub const UTF8_STRING: u8 = 0x0c;
+    /// The PrintableString tag.
+    pub const PRINTABLE_STRING: u8 = 0x13;
+    /// The T61String (TeletexString) tag.
+    pub const T61_STRING: u8 = 0x14;
+    /// The BMPString tag.
+    pub const BMP_STRING: u8 = 0x1e;
+    /// The DER contents of the CN attribute type (2.5.4.3).
+    pub const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+    /// The DER contents of the O attribute type (2.5.4.10).
+    pub const ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
+    /// The DER contents of the Kubernetes UID attribute type
+    /// (1.3.6.1.4.1.57683.2).
+    pub const UID: &[u8] = &[0x2b, 0x06, 0x01, 0x04, 0x01, 0x83, 0xc2, 0x53, 0x02];
+
+    /// One DER element, its length in the shortest form.
+    pub fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let len = contents.len();
+        if len < 128 {
+            out.push(len as u8);
+        } else {
+            let bytes: Vec<u8> = len
+                .to_be_bytes()
+                .into_iter()
+                .skip_while(|&b| b == 0)
+                .collect();
+            out.push(0x80 | bytes.len() as u8);
+            out.extend(bytes);
+        }
+        out.extend_from_slice(contents);
+        out
+    }
+
+    /// An attribute: its type (DER contents of the OID), value tag and bytes.
+    pub fn attribute(oid: &[u8], tag: u8, value: &[u8]) -> Vec<u8> {
+        tlv(SEQUENCE, &[tlv(0x06, oid), tlv(tag, value)].concat())
+    }
+
+    /// A CN, UTF8String.
+    pub fn cn(value: &str) -> Vec<u8> {
+        attribute(COMMON_NAME, UTF8_STRING, value.as_bytes())
+    }
+
+    /// An O, UTF8String.
+    pub fn o(value: &str) -> Vec<u8> {
+        attribute(ORGANIZATION, UTF8_STRING, value.as_bytes())
+    }
+
+    /// A Kubernetes UID, UTF8String.
+    pub fn uid(value: &str) -> Vec<u8> {
+        attribute(UID, UTF8_STRING, value.as_bytes())
+    }
+
+    /// A name: each item an RDN (a SET) of the attributes in it, in order.
+    pub fn name(rdns: &[&[Vec<u8>]]) -> Vec<u8> {
+        let sets: Vec<Vec<u8>> = rdns.iter().map(|set| tlv(0x31, &set.concat())).collect();
+        tlv(SEQUENCE, &sets.concat())
     }
 }

@@ -1,6 +1,7 @@
 //! The tower layer in front of every gRPC service: it finds out who is
-//! calling (a verified client certificate, else a bearer token checked
-//! with TokenReview) and puts the [`Identity`] into the request's
+//! calling (a verified client certificate mapped as the API server maps it,
+//! see [`super::x509`], else a bearer token checked with TokenReview) and
+//! puts the [`Identity`] into the request's
 //! extensions, where [`Access::authorize`](super::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
 //! checks stay open so that probes need no credentials; an authenticated
@@ -17,7 +18,10 @@ use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
 use tonic::Status;
 use tower::{Layer, Service};
 
-use super::{AuthError, Authenticator, Identity};
+use super::{
+    AuthError, Authenticator, Identity,
+    x509::{CertificateUser, NoUser, certificate_user},
+};
 use crate::tls::ConnInfo;
 
 /// The largest authorization header looked at. Service-account tokens are
@@ -94,17 +98,19 @@ where
             if OPEN_METHODS.contains(&path) {
                 return inner.call(request).await;
             }
-            let client_certificate = request
+            let certificate = request
                 .extensions()
                 .get::<ConnInfo>()
-                .and_then(|c| c.client_identity.clone());
-            let identity = match client_certificate {
-                // As the API server: a verified certificate comes first.
-                Some(identity) => Ok(identity),
-                None => match bearer_token(request.headers()) {
-                    Ok(token) => authenticator.authenticate(token).await,
-                    Err(err) => Err(err),
-                },
+                .and_then(|c| c.peer_certificate.as_deref());
+            let identity = match certificate.map(|der| certificate_user(der)) {
+                // As the API server: a certificate's user comes first, and a
+                // certificate it cannot parse fails (there, the handshake).
+                Some(Ok(CertificateUser::User(identity))) => Ok(identity),
+                Some(Err(err)) => Err(AuthError::from(err)),
+                Some(Ok(CertificateUser::NoUser(why))) => {
+                    token_identity(&authenticator, request.headers(), Some(why)).await
+                }
+                None => token_identity(&authenticator, request.headers(), None).await,
             };
             match identity {
                 Ok(identity) => {
@@ -120,6 +126,22 @@ where
                 }
             }
         })
+    }
+}
+
+/// Who holds the request's bearer token; without one, the error says why
+/// the certificate (if any) named no user either.
+async fn token_identity(
+    authenticator: &Authenticator,
+    headers: &HeaderMap,
+    certificate: Option<NoUser>,
+) -> Result<Identity, AuthError> {
+    match (bearer_token(headers), certificate) {
+        (Ok(token), _) => authenticator.authenticate(token).await,
+        (Err(AuthError::MissingCredentials), Some(why)) => {
+            Err(AuthError::CertificateWithoutUser(why))
+        }
+        (Err(err), _) => Err(err),
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! kube-fanout must never show a caller what the API server would not, so
 //! it asks the API server, like kube-rbac-proxy and the kubelet do:
-//! [`authn`] checks a bearer token with the TokenReview API (or maps a
-//! verified client certificate to a user, as the API server does);
+//! [`authn`] checks a bearer token with the TokenReview API, and [`x509`]
+//! maps a verified client certificate to a user exactly as the API server
+//! does;
 //! [`authz`] asks SubjectAccessReview whether that user may get, list or
 //! watch the resource in the namespace. Both cache their answers for
 //! configurable times ([`cache`]). [`layer`] is the tower layer that puts
@@ -23,6 +24,7 @@ pub mod http_access;
 pub mod layer;
 pub mod limits;
 pub mod reviews;
+pub mod x509;
 
 use std::{
     collections::BTreeMap,
@@ -58,6 +60,19 @@ pub struct Identity {
 
 /// The group every authenticated user is in, as the API server adds it.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+/// `groups` with [`AUTHENTICATED_GROUP`] added as the API server's
+/// authenticated-group adder does: not for `system:anonymous`, and not
+/// when the groups already hold it or `system:unauthenticated`.
+pub fn with_authenticated_group(user: &str, mut groups: Vec<String>) -> Vec<String> {
+    let marked = groups
+        .iter()
+        .any(|g| g == AUTHENTICATED_GROUP || g == "system:unauthenticated");
+    if user != "system:anonymous" && !marked {
+        groups.push(AUTHENTICATED_GROUP.to_owned());
+    }
+    groups
+}
 
 /// What a request asks to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,13 +120,15 @@ impl fmt::Display for Attributes {
         if !self.group.is_empty() {
             write!(f, ".{}", self.group)?;
         }
+        // Quoted with a bound: the values are validated before they get
+        // here, but a message never echoes a caller's input unbounded.
         if !self.name.is_empty() {
-            write!(f, " {:?}", self.name)?;
+            write!(f, " {}", crate::error::quote(&self.name))?;
         }
         if self.namespace.is_empty() {
             write!(f, " at the cluster scope (all namespaces)")
         } else {
-            write!(f, " in namespace {:?}", self.namespace)
+            write!(f, " in namespace {}", crate::error::quote(&self.namespace))
         }
     }
 }
@@ -124,6 +141,15 @@ pub enum AuthError {
         "no credentials: send a bearer token in the authorization header (`authorization: Bearer <token>`) or a client certificate"
     )]
     MissingCredentials,
+    /// A client certificate the API server would refuse (its TLS handshake
+    /// fails there): refused whatever else the request carries.
+    #[error("the client certificate is refused, as the API server refuses it: {0}")]
+    CertificateRefused(#[from] x509::CertificateError),
+    /// A client certificate that names no user, and no bearer token.
+    #[error(
+        "the client certificate names no user ({0}), as the API server reads it, and no bearer token was sent"
+    )]
+    CertificateWithoutUser(x509::NoUser),
     /// An authorization header that is not `Bearer <token>`.
     #[error("the authorization header is not of the form `Bearer <token>`")]
     MalformedHeader,
@@ -139,7 +165,7 @@ pub enum AuthError {
     #[error("the bearer token was not accepted: {0}")]
     InvalidToken(String),
     /// The API server answered no.
-    #[error("user {user:?} may not {attributes}{}", reason_suffix(.reason))]
+    #[error("user {} may not {attributes}{}", crate::error::quote(.user), reason_suffix(.reason))]
     Denied {
         /// Who asked.
         user: String,
@@ -170,10 +196,10 @@ pub enum AuthError {
         message: String,
     },
     /// A per-caller limit was reached.
-    #[error("user {user:?} already has {open} {what} open, the most allowed per caller")]
+    #[error("{caller} already has {open} {what} open, the most allowed per caller")]
     LimitExceeded {
-        /// Who.
-        user: String,
+        /// Who ([`limits::Caller`], displayed with bounded quoting).
+        caller: String,
         /// Watches or initial snapshots.
         what: &'static str,
         /// How many it has open.
