@@ -9,11 +9,13 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::{
     auth::{AuthError, budget::Exceeded},
     filter::FilterError,
+    list_budget::ListTooLarge,
     object::{ObjectError, ResourceVersion},
     paging::PageError,
     resource::GroupVersionResource,
     store::ReadError,
     subscription::WatchError,
+    validation::InputError,
 };
 
 /// How many characters of a caller's input an error message quotes.
@@ -50,14 +52,13 @@ pub enum RequestError {
         "the request names no resource: set resource.version and resource.resource (and resource.group outside the core group)"
     )]
     MissingResource,
-    /// The resource is not one this server serves.
-    #[error("resource {} is not served here; served: {served}", quote(&.asked.to_string()))]
-    UnknownResource {
-        /// What was asked for.
-        asked: GroupVersionResource,
-        /// What is served, comma-separated.
-        served: String,
-    },
+    /// The resource is not one this server serves. The served types are
+    /// not listed: ListResources shows a caller the ones it may list.
+    #[error("resource {} is not served here (ListResources shows the served types you may list)", quote(&.0.to_string()))]
+    UnknownResource(GroupVersionResource),
+    /// A request field past its bound or of the wrong shape.
+    #[error(transparent)]
+    Input(#[from] InputError),
     /// A malformed selector.
     #[error(transparent)]
     Filter(#[from] FilterError),
@@ -84,6 +85,9 @@ pub enum RequestError {
     /// The caller is unknown or not allowed.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// An unpaged List larger than one List may be.
+    #[error(transparent)]
+    ListTooLarge(#[from] ListTooLarge),
 }
 
 impl From<AuthError> for Status {
@@ -153,14 +157,16 @@ impl From<RequestError> for Status {
         match err {
             RequestError::MissingResource
             | RequestError::MissingName
+            | RequestError::Input(_)
             | RequestError::Filter(_)
             | RequestError::ResourceVersion(_) => Status::invalid_argument(message),
             RequestError::Page(PageError::Token(_)) => Status::invalid_argument(message),
             RequestError::Page(PageError::Read(read)) => RequestError::from(read).into(),
-            RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
+            RequestError::UnknownResource(_) | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
             RequestError::Auth(auth) => auth.into(),
+            RequestError::ListTooLarge(_) => Status::resource_exhausted(message),
             RequestError::Watch(watch) => {
                 let reason = watch.reason();
                 let (code, rv) = match watch {
@@ -231,14 +237,11 @@ mod tests {
     fn a_megabyte_of_input_is_not_echoed_back() {
         let huge = "w".repeat(1 << 20);
         let statuses: Vec<Status> = vec![
-            RequestError::UnknownResource {
-                asked: GroupVersionResource {
-                    group: String::new(),
-                    version: "v1".into(),
-                    resource: huge.clone(),
-                },
-                served: "v1/configmaps".into(),
-            }
+            RequestError::UnknownResource(GroupVersionResource {
+                group: String::new(),
+                version: "v1".into(),
+                resource: huge.clone(),
+            })
             .into(),
             RequestError::NotFound {
                 resource: GroupVersionResource {

@@ -45,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
         security: config.security(),
         keepalive: config.keepalive(),
         max_connection_age: config.max_connection_age(),
+        connections: config.connections(),
     };
     if let Some(auth) = &mut options.security.auth {
         // The same config, a connection pool of its own.

@@ -4,7 +4,9 @@
 //! puts the [`Identity`] into the request's
 //! extensions, where [`Access::authorize`](super::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
-//! checks stay open so that probes need no credentials.
+//! checks stay open so that probes need no credentials; an authenticated
+//! request marks its connection as having proved who it is (see
+//! [`crate::tls::ConnInfo::authenticated`]).
 
 use std::{
     net::IpAddr,
@@ -30,8 +32,18 @@ use crate::tls::ConnInfo;
 /// only cost the API server.
 pub const MAX_AUTHORIZATION_BYTES: usize = 8 * 1024;
 
-/// gRPC paths served without credentials.
-const OPEN_PREFIXES: &[&str] = &["/grpc.health.v1.Health/"];
+/// gRPC methods served without credentials: the health Check alone. A
+/// Check is one unary call that ends at once; the kubelet's gRPC probe
+/// and grpc-health-probe ask nothing else. The health Watch is a stream
+/// that stays open for as long as its client likes, so without
+/// credentials anyone who can connect could hold streams open (up to
+/// `--max-concurrent-streams` on each of `--max-connections-per-ip`
+/// connections, none of them ever authenticating, so uncounted by any
+/// per-caller bound); it needs credentials like every other call, and its
+/// connection then counts as authenticated. Counting unauthenticated
+/// Watch streams per address instead would bound them too, but would be a
+/// second per-source bound to tune for a call that no probe makes.
+const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check"];
 
 /// Authenticates every request (except health checks).
 #[derive(Debug, Clone)]
@@ -91,7 +103,7 @@ where
         let authenticator = self.authenticator.clone();
         Box::pin(async move {
             let path = request.uri().path();
-            if OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+            if OPEN_METHODS.contains(&path) {
                 return inner.call(request).await;
             }
             let conn = request.extensions().get::<ConnInfo>();
@@ -113,6 +125,9 @@ where
             };
             match identity {
                 Ok((identity, presented)) => {
+                    if let Some(conn) = request.extensions().get::<ConnInfo>() {
+                        conn.authenticated.set();
+                    }
                     request.extensions_mut().insert::<Identity>(identity);
                     request.extensions_mut().insert::<Presented>(presented);
                     inner.call(request).await

@@ -127,13 +127,15 @@ impl fmt::Display for Attributes {
         if !self.group.is_empty() {
             write!(f, ".{}", self.group)?;
         }
+        // Quoted with a bound: the values are validated before they get
+        // here, but a message never echoes a caller's input unbounded.
         if !self.name.is_empty() {
-            write!(f, " {:?}", self.name)?;
+            write!(f, " {}", crate::error::quote(&self.name))?;
         }
         if self.namespace.is_empty() {
             write!(f, " at the cluster scope (all namespaces)")
         } else {
-            write!(f, " in namespace {:?}", self.namespace)
+            write!(f, " in namespace {}", crate::error::quote(&self.namespace))
         }
     }
 }
@@ -197,7 +199,7 @@ pub enum AuthError {
         retry_after: Duration,
     },
     /// The API server answered no.
-    #[error("user {user:?} may not {attributes}{}", reason_suffix(.reason))]
+    #[error("user {} may not {attributes}{}", crate::error::quote(.user), reason_suffix(.reason))]
     Denied {
         /// Who asked.
         user: String,
@@ -228,10 +230,10 @@ pub enum AuthError {
         message: String,
     },
     /// A per-caller limit was reached.
-    #[error("user {user:?} already has {open} {what} open, the most allowed per caller")]
+    #[error("{caller} already has {open} {what} open, the most allowed per caller")]
     LimitExceeded {
-        /// Who.
-        user: String,
+        /// Who ([`limits::Caller`], displayed with bounded quoting).
+        caller: String,
         /// Watches or initial snapshots.
         what: &'static str,
         /// How many it has open.
