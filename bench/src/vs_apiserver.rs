@@ -323,6 +323,8 @@ impl Bench {
             // every watcher here (all from 127.0.0.1) would be one caller;
             // they stand for separate controllers.
             .args(["--max-watches-per-caller=0", "--max-snapshots-per-caller=0"])
+            // The idle case opens 10,000 connections from that one address.
+            .args(["--max-connections=0", "--max-connections-per-ip=0"])
             .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
             .arg(format!("--kubeconfig={}", self.kubeconfig()))
             .arg(format!("--tls-cert-file={}", self.cert.display()))

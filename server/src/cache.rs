@@ -10,6 +10,7 @@ use std::{
     },
 };
 
+use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use crate::{
@@ -35,24 +36,41 @@ pub struct Served {
 #[derive(Debug, Default)]
 struct Subscribers {
     open: AtomicU64,
+    /// Open subscriptions by the namespace they watch (validated names,
+    /// an entry only while one is open), for callers allowed only there.
+    by_namespace: DashMap<String, u64>,
     /// Watches that ended with an error, by its reason. Rare, so a lock.
     ended: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Counts one subscriber for as long as it lives.
 #[derive(Debug)]
-pub struct SubscriberGuard(Arc<Subscribers>);
+pub struct SubscriberGuard {
+    subscribers: Arc<Subscribers>,
+    namespace: String,
+}
 
 impl SubscriberGuard {
     /// Records that the watch ended with `err`.
     pub fn ended(&self, err: &WatchError) {
-        *self.0.ended.lock().entry(err.reason()).or_default() += 1;
+        *self
+            .subscribers
+            .ended
+            .lock()
+            .entry(err.reason())
+            .or_default() += 1;
     }
 }
 
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.subscribers.open.fetch_sub(1, Ordering::Relaxed);
+        self.subscribers
+            .by_namespace
+            .remove_if_mut(&self.namespace, |_, n| {
+                *n -= 1;
+                *n == 0
+            });
     }
 }
 
@@ -72,15 +90,32 @@ impl Served {
         self.store.resource()
     }
 
-    /// Registers a subscriber until the guard drops.
-    pub fn subscriber(&self) -> SubscriberGuard {
+    /// Registers a subscriber of `namespace` (empty: all) until the guard
+    /// drops.
+    pub fn subscriber(&self, namespace: &str) -> SubscriberGuard {
         self.subscribers.open.fetch_add(1, Ordering::Relaxed);
-        SubscriberGuard(self.subscribers.clone())
+        *self
+            .subscribers
+            .by_namespace
+            .entry(namespace.to_owned())
+            .or_default() += 1;
+        SubscriberGuard {
+            subscribers: self.subscribers.clone(),
+            namespace: namespace.to_owned(),
+        }
     }
 
-    /// Open subscriptions.
-    pub fn subscribers(&self) -> u64 {
-        self.subscribers.open.load(Ordering::Relaxed)
+    /// Open subscriptions: all of them for `namespace` "", else those
+    /// watching that namespace.
+    pub fn subscribers(&self, namespace: &str) -> u64 {
+        if namespace.is_empty() {
+            self.subscribers.open.load(Ordering::Relaxed)
+        } else {
+            self.subscribers
+                .by_namespace
+                .get(namespace)
+                .map_or(0, |n| *n)
+        }
     }
 
     /// How many watches ended with an error, by the error's reason.

@@ -1,13 +1,20 @@
 //! Command-line and environment configuration, like every kube tool.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
 use crate::{
-    auth::{authn::TokenCacheTtl, authz::DecisionCacheTtl, limits::CallerLimits},
+    auth::{
+        authn::TokenCacheTtl,
+        authz::DecisionCacheTtl,
+        budget::{Bound, ReviewLimits},
+        limits::CallerLimits,
+    },
+    connections::ConnectionLimits,
     dispatch::IndexFieldFlag,
     keepalive::Keepalive,
+    list_budget::ListBytesLimits,
     object::Transform,
     reflector::ReflectorConfig,
     resource::GroupVersionResource,
@@ -74,6 +81,48 @@ pub struct Config {
         env = "KUBE_FANOUT_MAX_CONNECTION_AGE_SECONDS"
     )]
     pub max_connection_age_seconds: u64,
+
+    /// Most HTTP/2 streams (calls) one gRPC connection may have open at
+    /// once, kube-apiserver's --http2-max-streams-per-connection default;
+    /// more are refused (RST_STREAM REFUSED_STREAM). 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "KUBE_FANOUT_MAX_CONCURRENT_STREAMS"
+    )]
+    pub max_concurrent_streams: u32,
+
+    /// Most bytes of request headers one call may carry (HTTP/2
+    /// SETTINGS_MAX_HEADER_LIST_SIZE, decoded); larger are answered HTTP
+    /// 431.
+    #[arg(long, default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(1..), env = "KUBE_FANOUT_MAX_HEADER_LIST_BYTES")]
+    pub max_header_list_bytes: u32,
+
+    /// Seconds a client may take to complete its TLS handshake.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_TLS_HANDSHAKE_TIMEOUT_SECONDS")]
+    pub tls_handshake_timeout_seconds: u64,
+
+    /// Most client connections open at once on the gRPC listener (and,
+    /// counted apart, on the health and metrics listeners); more are closed at once.
+    /// 0: no bound.
+    #[arg(long, default_value_t = 10_000, env = "KUBE_FANOUT_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+
+    /// Most client connections open at once from one IP address (IPv6:
+    /// one /64); more are closed at once. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = 100,
+        env = "KUBE_FANOUT_MAX_CONNECTIONS_PER_IP"
+    )]
+    pub max_connections_per_ip: usize,
+
+    /// Seconds a connection may stay open (TLS handshake included) before
+    /// a request on it has been authenticated; then it is closed. On the
+    /// health listener, which authenticates nothing, the most any
+    /// connection stays.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_UNAUTHENTICATED_CONNECTION_TIMEOUT_SECONDS")]
+    pub unauthenticated_connection_timeout_seconds: u64,
 
     /// Address of the Prometheus metrics listener (`GET /metrics`).
     #[arg(
@@ -239,10 +288,13 @@ pub struct Config {
     #[arg(long, value_delimiter = ',', env = "KUBE_FANOUT_AUTH_TOKEN_AUDIENCES")]
     pub auth_token_audiences: Vec<String>,
 
-    /// Seconds an accepted token's TokenReview answer is cached.
+    /// Seconds an accepted token's TokenReview answer is cached (never past
+    /// the token's own expiry); also how often an open watch's token is
+    /// reviewed again, so the most a watch outlives its token.
     #[arg(
         long,
         default_value_t = 120,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTH_TOKEN_CACHE_TTL_SECONDS"
     )]
     pub auth_token_cache_ttl_seconds: u64,
@@ -251,15 +303,72 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 10,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTH_TOKEN_FAILURE_CACHE_TTL_SECONDS"
     )]
     pub auth_token_failure_cache_ttl_seconds: u64,
+
+    /// TokenReviews per second for tokens not known to be good (a client's
+    /// first, a garbage one), all sources together; more are refused
+    /// UNAVAILABLE with a RetryInfo. Bounds what authenticating costs the
+    /// API server.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.rate,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_RATE"
+    )]
+    pub auth_token_review_rate: NonZeroU32,
+
+    /// TokenReviews allowed at once above --auth-token-review-rate.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.burst,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_BURST"
+    )]
+    pub auth_token_review_burst: NonZeroU32,
+
+    /// TokenReviews in flight at once for tokens not known to be good, all
+    /// sources together.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().total.concurrency,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_CONCURRENCY"
+    )]
+    pub auth_token_review_concurrency: NonZeroU32,
+
+    /// TokenReviews per second for tokens not known to be good from one
+    /// client address (IPv6: one /64); more are refused RESOURCE_EXHAUSTED
+    /// with a RetryInfo.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.rate,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_RATE_PER_SOURCE"
+    )]
+    pub auth_token_review_rate_per_source: NonZeroU32,
+
+    /// TokenReviews allowed at once above
+    /// --auth-token-review-rate-per-source, per client address.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.burst,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_BURST_PER_SOURCE"
+    )]
+    pub auth_token_review_burst_per_source: NonZeroU32,
+
+    /// TokenReviews in flight at once per client address.
+    #[arg(
+        long,
+        default_value_t = ReviewLimits::default().per_source.concurrency,
+        env = "KUBE_FANOUT_AUTH_TOKEN_REVIEW_CONCURRENCY_PER_SOURCE"
+    )]
+    pub auth_token_review_concurrency_per_source: NonZeroU32,
 
     /// Seconds an allowed SubjectAccessReview answer is cached; also the
     /// most an open watch outlives the revocation of its permission.
     #[arg(
         long,
         default_value_t = 60,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTHZ_ALLOWED_CACHE_TTL_SECONDS"
     )]
     pub authz_allowed_cache_ttl_seconds: u64,
@@ -268,6 +377,7 @@ pub struct Config {
     #[arg(
         long,
         default_value_t = 30,
+        value_parser = ttl_seconds,
         env = "KUBE_FANOUT_AUTHZ_DENIED_CACHE_TTL_SECONDS"
     )]
     pub authz_denied_cache_ttl_seconds: u64,
@@ -291,6 +401,27 @@ pub struct Config {
         env = "KUBE_FANOUT_MAX_SNAPSHOTS_PER_CALLER"
     )]
     pub max_snapshots_per_caller: usize,
+
+    /// Most bytes of objects one List response may hold: a paged List gets
+    /// a shorter page (with a continue token), an unpaged one over it is
+    /// refused (RESOURCE_EXHAUSTED). At most --max-list-bytes-in-flight.
+    #[arg(long, default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES")]
+    pub max_list_bytes: u64,
+
+    /// Most bytes of objects all List responses of all callers may hold at
+    /// once, until each is handed to HTTP/2; a List waits for room.
+    #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES_IN_FLIGHT")]
+    pub max_list_bytes_in_flight: u64,
+}
+
+/// A cache TTL flag: at least a second, or every request would ask the
+/// API server again (0 made an open watch re-ask in a tight loop).
+fn ttl_seconds(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Err("0 would ask the API server again on every request; at least 1 second".into()),
+        Ok(secs) => Ok(secs),
+        Err(err) => Err(format!("not a number of seconds: {err}")),
+    }
 }
 
 /// How callers are checked.
@@ -353,12 +484,28 @@ impl Config {
                     denied: secs(self.authz_denied_cache_ttl_seconds),
                 },
                 metrics: self.metrics_auth == AuthMode::Kubernetes,
+                review_limits: ReviewLimits {
+                    per_source: Bound {
+                        rate: self.auth_token_review_rate_per_source,
+                        burst: self.auth_token_review_burst_per_source,
+                        concurrency: self.auth_token_review_concurrency_per_source,
+                    },
+                    total: Bound {
+                        rate: self.auth_token_review_rate,
+                        burst: self.auth_token_review_burst,
+                        concurrency: self.auth_token_review_concurrency,
+                    },
+                },
                 ..AuthOptions::default()
             }),
             allow_unauthenticated_remote: self.insecure_allow_unauthenticated,
             caller_limits: CallerLimits {
                 watches: self.max_watches_per_caller,
                 snapshots: self.max_snapshots_per_caller,
+            },
+            list_bytes: ListBytesLimits {
+                per_list: self.max_list_bytes.min(self.max_list_bytes_in_flight),
+                total: self.max_list_bytes_in_flight,
             },
         }
     }
@@ -368,6 +515,20 @@ impl Config {
         Keepalive {
             idle: (self.keepalive_seconds > 0).then(|| Duration::from_secs(self.keepalive_seconds)),
             timeout: Duration::from_secs(self.keepalive_timeout_seconds),
+        }
+    }
+
+    /// The bounds on connections these flags describe.
+    pub fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_header_list_bytes: self.max_header_list_bytes,
+            handshake_timeout: Duration::from_secs(self.tls_handshake_timeout_seconds),
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
+            unauthenticated_timeout: Duration::from_secs(
+                self.unauthenticated_connection_timeout_seconds,
+            ),
         }
     }
 
@@ -449,6 +610,18 @@ mod tests {
             "13",
             "--authz-denied-cache-ttl-seconds",
             "14",
+            "--auth-token-review-rate",
+            "15",
+            "--auth-token-review-burst",
+            "16",
+            "--auth-token-review-concurrency",
+            "17",
+            "--auth-token-review-rate-per-source",
+            "18",
+            "--auth-token-review-burst-per-source",
+            "19",
+            "--auth-token-review-concurrency-per-source",
+            "20",
         ]);
         let reflector = config.reflector();
         assert_eq!(reflector.page_size, Some(7));
@@ -467,6 +640,35 @@ mod tests {
         assert_eq!(auth.token_ttl.failure, Duration::from_secs(12));
         assert_eq!(auth.decision_ttl.allowed, Duration::from_secs(13));
         assert_eq!(auth.decision_ttl.denied, Duration::from_secs(14));
+        let n = |n| NonZeroU32::new(n).unwrap();
+        assert_eq!(
+            auth.review_limits,
+            ReviewLimits {
+                per_source: Bound {
+                    rate: n(18),
+                    burst: n(19),
+                    concurrency: n(20),
+                },
+                total: Bound {
+                    rate: n(15),
+                    burst: n(16),
+                    concurrency: n(17),
+                },
+            }
+        );
+        let defaults = parse(&[]).security().auth.expect("on by default");
+        assert_eq!(defaults.review_limits, ReviewLimits::default());
+        assert!(
+            Config::try_parse_from([
+                "kube-fanout",
+                "--resource",
+                "v1/configmaps",
+                "--auth-token-review-rate",
+                "0"
+            ])
+            .is_err(),
+            "no rate means no reviews at all: refused"
+        );
     }
 
     #[test]
@@ -509,6 +711,48 @@ mod tests {
     }
 
     #[test]
+    fn cache_ttls_are_at_least_a_second() {
+        for flag in [
+            "--auth-token-cache-ttl-seconds",
+            "--auth-token-failure-cache-ttl-seconds",
+            "--authz-allowed-cache-ttl-seconds",
+            "--authz-denied-cache-ttl-seconds",
+        ] {
+            let err =
+                Config::try_parse_from(["kube-fanout", "--resource", "v1/configmaps", flag, "0"])
+                    .unwrap_err()
+                    .to_string();
+            assert!(
+                err.contains("0 would ask the API server again on every request"),
+                "{flag}: {err}"
+            );
+            parse(&[flag, "1"]);
+        }
+    }
+
+    #[test]
+    fn list_byte_flags_reach_their_bounds() {
+        assert_eq!(
+            parse(&[]).security().list_bytes,
+            ListBytesLimits {
+                per_list: 64 << 20,
+                total: 256 << 20
+            }
+        );
+        let set = parse(&["--max-list-bytes", "7", "--max-list-bytes-in-flight", "9"]);
+        assert_eq!(
+            set.security().list_bytes,
+            ListBytesLimits {
+                per_list: 7,
+                total: 9
+            }
+        );
+        // One List never gets more than all of them.
+        let capped = parse(&["--max-list-bytes", "10", "--max-list-bytes-in-flight", "9"]);
+        assert_eq!(capped.security().list_bytes.per_list, 9);
+    }
+
+    #[test]
     fn connections_are_retired_only_when_asked() {
         assert_eq!(parse(&[]).max_connection_age(), None);
         assert_eq!(
@@ -548,5 +792,43 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn connection_flags_reach_their_bounds_with_safe_defaults() {
+        assert_eq!(parse(&[]).connections(), ConnectionLimits::default());
+        let set = parse(&[
+            "--max-concurrent-streams",
+            "3",
+            "--max-header-list-bytes",
+            "4096",
+            "--tls-handshake-timeout-seconds",
+            "5",
+            "--max-connections",
+            "6",
+            "--max-connections-per-ip",
+            "0",
+            "--unauthenticated-connection-timeout-seconds",
+            "7",
+        ]);
+        assert_eq!(
+            set.connections(),
+            ConnectionLimits {
+                max_concurrent_streams: 3,
+                max_header_list_bytes: 4096,
+                handshake_timeout: Duration::from_secs(5),
+                max_connections: 6,
+                max_connections_per_ip: 0,
+                unauthenticated_timeout: Duration::from_secs(7),
+            }
+        );
+        for zero in [
+            "--max-header-list-bytes",
+            "--tls-handshake-timeout-seconds",
+            "--unauthenticated-connection-timeout-seconds",
+        ] {
+            let argv = ["kube-fanout", "--resource", "v1/configmaps", zero, "0"];
+            assert!(Config::try_parse_from(argv).is_err(), "{zero}=0 accepted");
+        }
     }
 }

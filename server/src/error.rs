@@ -7,13 +7,15 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::{
-    auth::AuthError,
+    auth::{AuthError, budget::Exceeded},
     filter::FilterError,
+    list_budget::ListTooLarge,
     object::{ObjectError, ResourceVersion},
     paging::PageError,
     resource::GroupVersionResource,
     store::ReadError,
     subscription::WatchError,
+    validation::InputError,
 };
 
 /// How many characters of a caller's input an error message quotes.
@@ -50,14 +52,13 @@ pub enum RequestError {
         "the request names no resource: set resource.version and resource.resource (and resource.group outside the core group)"
     )]
     MissingResource,
-    /// The resource is not one this server serves.
-    #[error("resource {} is not served here; served: {served}", quote(&.asked.to_string()))]
-    UnknownResource {
-        /// What was asked for.
-        asked: GroupVersionResource,
-        /// What is served, comma-separated.
-        served: String,
-    },
+    /// The resource is not one this server serves. The served types are
+    /// not listed: ListResources shows a caller the ones it may list.
+    #[error("resource {} is not served here (ListResources shows the served types you may list)", quote(&.0.to_string()))]
+    UnknownResource(GroupVersionResource),
+    /// A request field past its bound or of the wrong shape.
+    #[error(transparent)]
+    Input(#[from] InputError),
     /// A malformed selector.
     #[error(transparent)]
     Filter(#[from] FilterError),
@@ -84,6 +85,9 @@ pub enum RequestError {
     /// The caller is unknown or not allowed.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// An unpaged List larger than one List may be.
+    #[error(transparent)]
+    ListTooLarge(#[from] ListTooLarge),
 }
 
 impl From<AuthError> for Status {
@@ -95,9 +99,33 @@ impl From<AuthError> for Status {
             | AuthError::CertificateWithoutUser(_)
             | AuthError::MalformedHeader
             | AuthError::HeaderTooLarge { .. }
-            | AuthError::InvalidToken(_) => Status::unauthenticated(message),
+            | AuthError::InvalidToken(_)
+            | AuthError::TokenRevoked(_)
+            | AuthError::IdentityChanged
+            | AuthError::CertificateUnreadable
+            | AuthError::CertificateExpired(_) => Status::unauthenticated(message),
             AuthError::Denied { .. } | AuthError::NonResourceDenied { .. } => {
                 Status::permission_denied(message)
+            }
+            // Cheaper than a review: refused at once, told when to retry.
+            // The caller's own bound is its quota; the total one is the
+            // server's load.
+            AuthError::Throttled {
+                exceeded,
+                retry_after,
+                ..
+            } => {
+                let code = match exceeded {
+                    Exceeded::Source(_) => Code::ResourceExhausted,
+                    Exceeded::Total => Code::Unavailable,
+                };
+                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
+                details.set_error_info(
+                    "TokenReviewsThrottled",
+                    ERROR_DOMAIN,
+                    std::collections::HashMap::new(),
+                );
+                Status::with_error_details(code, message, details)
             }
             // Fail closed: unknown is no, and the caller may retry.
             AuthError::Unavailable { .. } => Status::unavailable(message),
@@ -129,14 +157,16 @@ impl From<RequestError> for Status {
         match err {
             RequestError::MissingResource
             | RequestError::MissingName
+            | RequestError::Input(_)
             | RequestError::Filter(_)
             | RequestError::ResourceVersion(_) => Status::invalid_argument(message),
             RequestError::Page(PageError::Token(_)) => Status::invalid_argument(message),
             RequestError::Page(PageError::Read(read)) => RequestError::from(read).into(),
-            RequestError::UnknownResource { .. } | RequestError::NotFound { .. } => {
+            RequestError::UnknownResource(_) | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
             RequestError::Auth(auth) => auth.into(),
+            RequestError::ListTooLarge(_) => Status::resource_exhausted(message),
             RequestError::Watch(watch) => {
                 let reason = watch.reason();
                 let (code, rv) = match watch {
@@ -207,14 +237,11 @@ mod tests {
     fn a_megabyte_of_input_is_not_echoed_back() {
         let huge = "w".repeat(1 << 20);
         let statuses: Vec<Status> = vec![
-            RequestError::UnknownResource {
-                asked: GroupVersionResource {
-                    group: String::new(),
-                    version: "v1".into(),
-                    resource: huge.clone(),
-                },
-                served: "v1/configmaps".into(),
-            }
+            RequestError::UnknownResource(GroupVersionResource {
+                group: String::new(),
+                version: "v1".into(),
+                resource: huge.clone(),
+            })
             .into(),
             RequestError::NotFound {
                 resource: GroupVersionResource {
@@ -260,6 +287,32 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn a_throttled_caller_learns_when_to_retry() {
+        let throttled = |exceeded| -> Status {
+            AuthError::Throttled {
+                exceeded,
+                limit: "5/s, bursts of 20".into(),
+                retry_after: std::time::Duration::from_millis(200),
+            }
+            .into()
+        };
+        let own = throttled(Exceeded::Source("10.0.0.1".into()));
+        assert_eq!(own.code(), Code::ResourceExhausted);
+        assert_eq!(
+            own.message(),
+            "too many token reviews for unknown tokens from 10.0.0.1: at most 5/s, bursts of 20; retry in 200ms"
+        );
+        let retry = own.get_details_retry_info().expect("RetryInfo");
+        assert_eq!(
+            retry.retry_delay,
+            Some(std::time::Duration::from_millis(200))
+        );
+        let info = own.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "TokenReviewsThrottled");
+        assert_eq!(throttled(Exceeded::Total).code(), Code::Unavailable);
     }
 
     #[test]

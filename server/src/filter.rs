@@ -7,6 +7,7 @@ use crate::{
     error::quote,
     fields::{SelectableFields, Source},
     object::{Object, namespace_range},
+    validation::is_dns1123_subdomain,
 };
 
 /// Why a selector was refused.
@@ -190,19 +191,10 @@ fn check_key(key: &str) -> Result<String, String> {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    // A DNS-1123 subdomain: dot-separated parts of lowercase letters,
-    // digits and '-', each starting and ending with a letter or digit. A
-    // slash with nothing before it ("/name") is an empty prefix, which
-    // Kubernetes refuses too.
-    let part_ok = |part: &str| {
-        part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    };
+    // A DNS-1123 subdomain. A slash with nothing before it ("/name") is an
+    // empty prefix, which Kubernetes refuses too.
     let prefix_ok =
-        prefix.len() <= 253 && (key.rsplit_once('/').is_none() || prefix.split('.').all(part_ok));
+        prefix.len() <= 253 && (key.rsplit_once('/').is_none() || is_dns1123_subdomain(prefix));
     if name_ok && prefix_ok {
         Ok(key.to_owned())
     } else {

@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use kube_fanout::{
+    auth::reviews::ReviewClient,
     config::Config,
     server::{self, ServerOptions},
 };
@@ -26,12 +27,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     init_logging(config.log_json);
-    let client = kube_client(&config).await?;
+    let kube_config = kube_config(&config).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let cancel = CancellationToken::new();
-    let options = ServerOptions {
+    let mut options = ServerOptions {
         resources: config.resources.clone(),
         index_fields: config.index_fields.clone(),
         reflector: config.reflector(),
@@ -43,7 +45,12 @@ async fn main() -> anyhow::Result<()> {
         security: config.security(),
         keepalive: config.keepalive(),
         max_connection_age: config.max_connection_age(),
+        connections: config.connections(),
     };
+    if let Some(auth) = &mut options.security.auth {
+        // The same config, a connection pool of its own.
+        auth.review_client = Some(ReviewClient(kube::Client::try_from(kube_config)?));
+    }
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -66,7 +73,7 @@ fn init_logging(json: bool) {
     }
 }
 
-async fn kube_client(config: &Config) -> anyhow::Result<kube::Client> {
+async fn kube_config(config: &Config) -> anyhow::Result<kube::Config> {
     let options = kube::config::KubeConfigOptions {
         context: config.context.clone(),
         ..Default::default()
@@ -81,7 +88,7 @@ async fn kube_client(config: &Config) -> anyhow::Result<kube::Client> {
             .await
             .context("no kubeconfig and not in a cluster")?,
     };
-    Ok(kube::Client::try_from(kube_config)?)
+    Ok(kube_config)
 }
 
 async fn shutdown_signal() {

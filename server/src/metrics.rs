@@ -32,6 +32,7 @@ use crate::{
         reviews::NonResourceAttributes,
     },
     cache::{Cache, Served},
+    connections::{self, ConnectionStats},
     keepalive::Keepalive,
     reflector::ReflectorStatus,
     store::StoreStatus,
@@ -61,7 +62,7 @@ const FAMILIES: &[Family] = &[
         name: "kube_fanout_subscribers",
         help: "Open Watch streams.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.subscribers(),
+        value: |served, _, _| served.subscribers(""),
     },
     Family {
         name: "kube_fanout_indexed_subscribers",
@@ -185,23 +186,101 @@ impl Collector for CacheCollector {
                 encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
             for (served, labels, store, reflector) in &states {
                 let value = (family.value)(served, store, reflector);
-                let encoder = metric.encode_family(labels)?;
-                match family.kind {
-                    MetricType::Counter => ConstCounter::new(value).encode(encoder)?,
-                    _ => {
-                        ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)?
-                    }
-                }
+                encode_value(family.kind, value, metric.encode_family(labels)?)?;
             }
         }
         Ok(())
     }
 }
 
-/// The registry holding the cache's metrics.
-pub fn registry(cache: Arc<Cache>) -> Registry {
+/// Encodes `value` as a counter or else a gauge.
+fn encode_value(
+    kind: MetricType,
+    value: u64,
+    encoder: prometheus_client::encoding::MetricEncoder<'_>,
+) -> Result<(), fmt::Error> {
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(encoder),
+        _ => ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder),
+    }
+}
+
+/// Reads each listener's connection counts when scraped, labelled by the
+/// listener's name.
+#[derive(Debug)]
+pub struct ConnectionCollector(pub Vec<(&'static str, Arc<connections::Connections>)>);
+
+/// One connection metric family: name, help, type, and its value.
+type ConnectionFamily = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&ConnectionStats) -> u64,
+);
+
+const CONNECTION_FAMILIES: &[ConnectionFamily] = &[
+    (
+        "kube_fanout_connections",
+        "Open client connections (TLS handshakes in progress included).",
+        MetricType::Gauge,
+        |s| s.open,
+    ),
+    (
+        "kube_fanout_connections_closed_unauthenticated",
+        "Connections closed because no request on them was authenticated within --unauthenticated-connection-timeout-seconds.",
+        MetricType::Counter,
+        |s| s.closed_unauthenticated,
+    ),
+    (
+        "kube_fanout_tls_handshake_failures",
+        "TLS handshakes that failed or took longer than --tls-handshake-timeout-seconds.",
+        MetricType::Counter,
+        |s| s.handshake_failures,
+    ),
+];
+
+impl Collector for ConnectionCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let stats: Vec<_> = self
+            .0
+            .iter()
+            .map(|(listener, c)| (vec![("listener", *listener)], c.stats()))
+            .collect();
+        let mut refused = encoder.encode_descriptor(
+            "kube_fanout_connections_refused",
+            "Connections closed at once, by the bound reached: total (--max-connections) or per_ip (--max-connections-per-ip; IPv6: per /64).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, stats) in &stats {
+            for (bound, value) in [
+                ("total", stats.refused_total),
+                ("per_ip", stats.refused_per_ip),
+            ] {
+                let mut labels = labels.clone();
+                labels.push(("bound", bound));
+                ConstCounter::new(value).encode(refused.encode_family(&labels)?)?;
+            }
+        }
+        for (name, help, kind, value) in CONNECTION_FAMILIES {
+            let mut metric = encoder.encode_descriptor(name, help, None, *kind)?;
+            for (labels, stats) in &stats {
+                encode_value(*kind, value(stats), metric.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The registry holding the cache's metrics and those of the listeners'
+/// `connections`.
+pub fn registry(
+    cache: Arc<Cache>,
+    connections: Vec<(&'static str, Arc<connections::Connections>)>,
+) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(CacheCollector(cache)));
+    registry.register_collector(Box::new(ConnectionCollector(connections)));
     registry
 }
 
@@ -223,10 +302,12 @@ pub const SCRAPE: NonResourceAttributes = NonResourceAttributes {
 };
 
 /// Serves `GET /metrics` on `listener` until `cancel` fires: over TLS with
-/// `tls`, and only to callers `access` lets through if given.
+/// `tls`, only to callers `access` lets through if given, and with its
+/// connections held to the bounds of `connections`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
+    connections: Arc<connections::Connections>,
     access: Option<HttpAccess>,
     registry: Registry,
     cancel: CancellationToken,
@@ -251,14 +332,18 @@ pub async fn serve(
         }),
     );
     // The gRPC listener's accept loop: TLS handshakes in their own tasks,
-    // bounded in time, so a slow client holds up no scrape.
-    let connections = Connections(Box::pin(tls::incoming(
-        listener,
+    // bounded in time, so a slow client holds up no scrape; connections
+    // counted against the same bounds. None is closed for authenticating
+    // nothing: a scrape's authentication does not mark its connection,
+    // and Prometheus keeps its connection between scrapes.
+    let accept = tls::Accept {
         tls,
-        Keepalive::default(),
-        None,
-        cancel.clone(),
-    )));
+        keepalive: Keepalive::default(),
+        max_age: None,
+        connections,
+        close_unauthenticated: false,
+    };
+    let connections = Connections(Box::pin(tls::incoming(listener, accept, cancel.clone())));
     axum::serve(connections, app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
@@ -309,6 +394,8 @@ impl axum::serve::Listener for Connections {
 mod tests {
     use parking_lot::Mutex;
 
+    use crate::connections::ConnectionLimits;
+
     use super::*;
     use crate::{
         filter::Filter,
@@ -341,7 +428,7 @@ mod tests {
         let mut cache = Cache::default();
         cache.insert(Served::new(store, reflector));
         let served = cache.iter().next().unwrap().clone();
-        let subscriber = served.subscriber();
+        let subscriber = served.subscriber("");
         subscriber.ended(&crate::subscription::WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });
@@ -354,7 +441,7 @@ mod tests {
         );
         let _unindexed = dispatch.register(Filter::default().pinned(), std::iter::empty());
         dispatch.woken();
-        let text = render(&registry(Arc::new(cache))).unwrap();
+        let text = render(&registry(Arc::new(cache), Vec::new())).unwrap();
         let history_line =
             format!(r#"kube_fanout_history_bytes{{resource="v1/configmaps"}} {history}"#);
         for line in [
@@ -373,6 +460,38 @@ mod tests {
             "# TYPE kube_fanout_event_bytes counter",
             r#"kube_fanout_watch_errors_total{resource="v1/configmaps",reason="SubscriberLagged"} 1"#,
             history_line.as_str(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn connection_counts_are_exposed_per_listener() {
+        let connections = connections::Connections::new(ConnectionLimits {
+            max_connections_per_ip: 1,
+            ..ConnectionLimits::default()
+        });
+        let ip = "127.0.0.1".parse().unwrap();
+        let _open = connections.admit(ip).unwrap();
+        connections.admit(ip).unwrap_err();
+        connections.closed_unauthenticated();
+        connections.handshake_failed();
+        let health = connections::Connections::new(ConnectionLimits::default());
+        let text = render(&registry(
+            Arc::new(Cache::default()),
+            vec![("grpc", connections), ("health", health)],
+        ))
+        .unwrap();
+        for line in [
+            r#"kube_fanout_connections{listener="grpc"} 1"#,
+            r#"kube_fanout_connections{listener="health"} 0"#,
+            r#"kube_fanout_connections_refused_total{listener="grpc",bound="per_ip"} 1"#,
+            r#"kube_fanout_connections_refused_total{listener="grpc",bound="total"} 0"#,
+            r#"kube_fanout_connections_closed_unauthenticated_total{listener="grpc"} 1"#,
+            r#"kube_fanout_tls_handshake_failures_total{listener="grpc"} 1"#,
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -82,6 +82,18 @@ pub enum PageError {
     Read(#[from] ReadError),
 }
 
+/// The most bytes of objects one page may hold, and how an object's bytes
+/// are counted (as the caller receives it). A page always holds at least
+/// one object, so a page stops short of its bound by less than one
+/// object, or exceeds it by a single object larger than the bound.
+#[derive(Clone, Copy)]
+pub struct PageBytes<'a> {
+    /// The bound.
+    pub max: u64,
+    /// An object's size.
+    pub of: &'a dyn Fn(&Object) -> u64,
+}
+
 /// The matching objects of one snapshot, ordered by key.
 #[derive(Debug)]
 struct Cut {
@@ -99,13 +111,16 @@ pub struct Pages {
 
 impl Pages {
     /// The page of `store` that `continue_token` (empty for the first)
-    /// names, of at most `limit` objects (0: all) matching `filter`.
+    /// names, of at most `limit` objects (0: all) matching `filter`, and
+    /// within `bytes`: a page cut short by its bytes has a `continue`
+    /// token, as a page cut by its limit does.
     pub fn page(
         &self,
         store: &Store,
         filter: &Filter,
         limit: u32,
         continue_token: &str,
+        bytes: PageBytes<'_>,
     ) -> Result<Page, PageError> {
         let (cut, start) = if continue_token.is_empty() {
             let snapshot = store.snapshot();
@@ -130,7 +145,16 @@ impl Pages {
         } else {
             limit as usize
         };
-        let end = start.saturating_add(limit).min(cut.objects.len());
+        let last = start.saturating_add(limit).min(cut.objects.len());
+        let (mut end, mut held) = (start, 0u64);
+        while end < last {
+            let size = (bytes.of)(&cut.objects[end]);
+            if end > start && held.saturating_add(size) > bytes.max {
+                break;
+            }
+            held = held.saturating_add(size);
+            end += 1;
+        }
         let objects = cut.objects[start..end].to_vec();
         let remaining = (cut.objects.len() - end) as u64;
         let next = (remaining > 0).then(|| ContinueToken {
@@ -195,6 +219,39 @@ mod tests {
         tests::{configmaps, object},
     };
 
+    fn no_bytes(_: &Object) -> u64 {
+        0
+    }
+
+    /// No byte bound.
+    const ANY: PageBytes<'static> = PageBytes {
+        max: u64::MAX,
+        of: &no_bytes,
+    };
+
+    #[test]
+    fn a_page_stops_before_its_byte_bound_and_continues_from_there() {
+        let store = Store::new(configmaps(), 100);
+        let pages = Pages::default();
+        let all: Vec<Object> = (0..5).map(|i| object(&format!("o{i}"), 1, "{}")).collect();
+        store.replace(all, ResourceVersion(1));
+        let ten = |_: &Object| 10;
+        let bytes = PageBytes { max: 25, of: &ten };
+        let first = pages
+            .page(&store, &Filter::default(), 0, "", bytes)
+            .unwrap();
+        assert_eq!((names(&first), first.remaining), (vec!["o0", "o1"], 3));
+        let token = first.next.unwrap().encode();
+        let second = pages
+            .page(&store, &Filter::default(), 0, &token, bytes)
+            .unwrap();
+        assert_eq!(names(&second), ["o2", "o3"]);
+        // An object larger than the bound still makes a page of its own.
+        let tiny = PageBytes { max: 1, of: &ten };
+        let one = pages.page(&store, &Filter::default(), 3, "", tiny).unwrap();
+        assert_eq!((names(&one), one.remaining), (vec!["o0"], 4));
+    }
+
     fn names(page: &Page) -> Vec<&str> {
         page.objects.iter().map(|o| o.name.as_str()).collect()
     }
@@ -206,24 +263,24 @@ mod tests {
         let all: Vec<Object> = (0..5).map(|i| object(&format!("o{i}"), 1, "{}")).collect();
         store.replace(all, ResourceVersion(1));
         let everything = Filter::default();
-        let first = pages.page(&store, &everything, 2, "").unwrap();
+        let first = pages.page(&store, &everything, 2, "", ANY).unwrap();
         assert_eq!((names(&first), first.remaining), (vec!["o0", "o1"], 3));
         store.apply(EventKind::Deleted, object("o2", 2, "{}"));
         store.apply(EventKind::Added, object("o25", 3, "{}"));
         let token = first.next.unwrap().encode();
-        let second = pages.page(&store, &everything, 2, &token).unwrap();
+        let second = pages.page(&store, &everything, 2, &token, ANY).unwrap();
         assert_eq!(
             (names(&second), second.resource_version),
             (vec!["o2", "o3"], ResourceVersion(1))
         );
         let last = pages
-            .page(&store, &everything, 2, &second.next.unwrap().encode())
+            .page(&store, &everything, 2, &second.next.unwrap().encode(), ANY)
             .unwrap();
         assert_eq!(
             (names(&last), last.next.clone(), last.remaining),
             (vec!["o4"], None, 0)
         );
-        let fresh = pages.page(&store, &everything, 0, "").unwrap();
+        let fresh = pages.page(&store, &everything, 0, "", ANY).unwrap();
         assert_eq!(names(&fresh), ["o0", "o1", "o25", "o3", "o4"]);
     }
 
@@ -234,13 +291,13 @@ mod tests {
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let everything = Filter::default();
         assert_eq!(
-            pages.page(&store, &everything, 1, "garbage"),
+            pages.page(&store, &everything, 1, "garbage", ANY),
             Err(PageError::Token(BadToken("garbage".into())))
         );
         store.apply(EventKind::Added, object("b", 2, "{}"));
         store.apply(EventKind::Added, object("c", 3, "{}"));
         assert!(matches!(
-            pages.page(&store, &everything, 1, "1:ns/a"),
+            pages.page(&store, &everything, 1, "1:ns/a", ANY),
             Err(PageError::Read(ReadError::Expired { .. }))
         ));
     }
@@ -251,7 +308,7 @@ mod tests {
         store.replace(Vec::new(), ResourceVersion(1));
         let token = "x".repeat(1 << 20);
         let err = Pages::default()
-            .page(&store, &Filter::default(), 1, &token)
+            .page(&store, &Filter::default(), 1, &token, ANY)
             .unwrap_err();
         let message = err.to_string();
         assert!(message.len() < 300, "{} bytes", message.len());
@@ -268,11 +325,13 @@ mod tests {
         store.replace(all, ResourceVersion(1));
         let filter =
             Filter::new("", "app=x", "", &crate::fields::SelectableFields::default()).unwrap();
-        let first = pages.page(&store, &filter, 2, "").unwrap();
+        let first = pages.page(&store, &filter, 2, "", ANY).unwrap();
         assert_eq!(pages.kept(), 1);
         let token = first.next.unwrap().encode();
         // Another replica (no kept list) rewinds the store: same page.
-        let elsewhere = Pages::default().page(&store, &filter, 2, &token).unwrap();
+        let elsewhere = Pages::default()
+            .page(&store, &filter, 2, &token, ANY)
+            .unwrap();
         // The store moves on past its whole history: the token can no
         // longer be rewound to, yet the kept list still serves it, so no
         // page after the first walks the store.
@@ -283,17 +342,17 @@ mod tests {
             );
         }
         assert!(matches!(
-            Pages::default().page(&store, &filter, 2, &token),
+            Pages::default().page(&store, &filter, 2, &token, ANY),
             Err(PageError::Read(ReadError::Expired { .. }))
         ));
-        let second = pages.page(&store, &filter, 2, &token).unwrap();
+        let second = pages.page(&store, &filter, 2, &token, ANY).unwrap();
         assert_eq!(second, elsewhere);
         assert_eq!(
             (names(&second), second.remaining, second.resource_version),
             (vec!["o2", "o3"], 2, ResourceVersion(1))
         );
         let last = pages
-            .page(&store, &filter, 2, &second.next.unwrap().encode())
+            .page(&store, &filter, 2, &second.next.unwrap().encode(), ANY)
             .unwrap();
         assert_eq!((names(&last), last.next.clone()), (vec!["o4", "o5"], None));
     }

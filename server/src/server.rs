@@ -14,14 +14,17 @@ use crate::{
         Access, Authenticator, Authorizer,
         authn::TokenCacheTtl,
         authz::{DecisionCacheTtl, NonResourceAuthorizer},
+        budget::{ReviewBudget, ReviewLimits},
         http_access::HttpAccess,
         layer::AuthenticateLayer,
         limits::{CallerLimits, Limiter},
-        reviews::KubeReviews,
+        reviews::{KubeReviews, ReviewClient},
     },
     cache::{Cache, Served},
+    connections::{ConnectionLimits, Connections},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
+    list_budget::{HoldListBytes, ListBudget, ListBytesLimits},
     metrics,
     reflector::{Reflector, ReflectorConfig},
     resource::{GroupVersionResource, ResourceError, ResourceType},
@@ -30,6 +33,7 @@ use crate::{
     store::{HistoryLimits, Store},
     subscription::Limits,
     tls::{self, TlsError, TlsFiles},
+    validation::MAX_REQUEST_BYTES,
 };
 
 /// What the server needs besides an API client and a listener.
@@ -62,6 +66,9 @@ pub struct ServerOptions {
     /// Connections older than this are retired (`None`: never; see
     /// [`crate::retire`]).
     pub max_connection_age: Option<MaxConnectionAge>,
+    /// Bounds on connections and what each may carry, on the gRPC and
+    /// the health listener alike (each counted apart).
+    pub connections: ConnectionLimits,
 }
 
 /// How callers are secured. The default is what `--auth=none` on loopback
@@ -79,6 +86,9 @@ pub struct Security {
     pub allow_unauthenticated_remote: bool,
     /// What each caller may hold open (default: no bound).
     pub caller_limits: CallerLimits,
+    /// Bytes List responses may hold, each and all together (default: no
+    /// bound worth the name).
+    pub list_bytes: ListBytesLimits,
 }
 
 /// How callers are authenticated and authorized.
@@ -96,12 +106,19 @@ pub struct AuthOptions {
     /// callers) and authorized (`get` on the non-resource URL); false is
     /// `--metrics-auth=none`.
     pub metrics: bool,
+    /// The bounds on TokenReviews for tokens not known to be good.
+    pub review_limits: ReviewLimits,
+    /// The API client for reviews, apart from the reflectors' (`None`: the
+    /// reflectors' client is shared, as tests that do not care do).
+    pub review_client: Option<ReviewClient>,
 }
 
 impl Default for AuthOptions {
     /// The API server's own webhook defaults for tokens (2 min, failures
-    /// 10 s); a minute for allowed decisions, which also bounds how long a
-    /// watch outlives a revocation, and 30 s for denied ones.
+    /// 10 s; the success TTL also bounds how long a watch outlives its
+    /// token); a minute for allowed decisions, which bounds how long a
+    /// watch outlives a revocation of its permission, and 30 s for denied
+    /// ones.
     fn default() -> Self {
         AuthOptions {
             audiences: Vec::new(),
@@ -115,6 +132,8 @@ impl Default for AuthOptions {
             },
             review_timeout: Duration::from_secs(10),
             metrics: true,
+            review_limits: ReviewLimits::default(),
+            review_client: None,
         }
     }
 }
@@ -250,17 +269,31 @@ pub async fn start(
             .instrument(info_span!("health")),
     );
 
+    // Counted apart (the metrics listener's too, below), so that a flood
+    // of one listener's connections leaves the others' free.
+    let grpc_connections = Connections::new(options.connections);
+    let health_connections = Connections::new(options.connections);
     let health_addr = match options.health_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
             let bound = listener.local_addr()?;
-            let probes = tonic::transport::Server::builder().add_service(health_service.clone());
+            let probes = bounded(&options.connections).add_service(health_service.clone());
+            // Nothing authenticates here: each connection lasts the
+            // unauthenticated timeout at most, which also ends its health
+            // Watch streams.
+            let accept = tls::Accept {
+                tls: None,
+                keepalive: options.keepalive,
+                max_age: None,
+                connections: health_connections.clone(),
+                close_unauthenticated: true,
+            };
             let shutdown = cancel.clone();
             tasks.spawn(
                 async move {
                     probes
                         .serve_with_incoming_shutdown(
-                            tonic::transport::server::TcpIncoming::from(listener),
+                            tls::incoming(listener, accept, shutdown.clone()),
                             shutdown.cancelled(),
                         )
                         .await?;
@@ -275,6 +308,7 @@ pub async fn start(
 
     let local_addr = listener.local_addr()?;
     let (access, authenticate, scrapes) = secure(&client, &options.security, local_addr)?;
+    let list_budget = ListBudget::new(options.security.list_bytes);
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
@@ -286,11 +320,30 @@ pub async fn start(
                 .as_ref()
                 .map(tls::metrics_acceptor)
                 .transpose()?;
-            let registry = metrics::registry(cache.clone());
+            let metrics_connections = Connections::new(options.connections);
+            let mut registry = metrics::registry(
+                cache.clone(),
+                vec![
+                    ("grpc", grpc_connections.clone()),
+                    ("health", health_connections.clone()),
+                    ("metrics", metrics_connections.clone()),
+                ],
+            );
+            registry.register_collector(Box::new(list_budget.clone()));
+            if let Some(layer) = &authenticate {
+                layer.counters().register(&mut registry);
+            }
             tasks.spawn(
-                metrics::serve(listener, tls, scrapes, registry, cancel.clone())
-                    .map_err(ServeError::Io)
-                    .instrument(info_span!("metrics", %bound)),
+                metrics::serve(
+                    listener,
+                    tls,
+                    metrics_connections,
+                    scrapes,
+                    registry,
+                    cancel.clone(),
+                )
+                .map_err(ServeError::Io)
+                .instrument(info_span!("metrics", %bound)),
             );
             Some(bound)
         }
@@ -316,8 +369,9 @@ pub async fn start(
         .transpose()?;
     let service = FanoutService::new(cache.clone(), options.limits)
         .with_access(access)
-        .with_limiter(Limiter::new(options.security.caller_limits));
-    let mut builder = tonic::transport::Server::builder();
+        .with_limiter(Limiter::new(options.security.caller_limits))
+        .with_list_budget(list_budget);
+    let mut builder = bounded(&options.connections);
     if let Some(age) = options.max_connection_age {
         // GOAWAY at the age; the watches end a little later (see
         // `crate::retire`), and with them the connection.
@@ -328,7 +382,7 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
-        .add_service(compressed(KubeFanoutServer::new(service)));
+        .add_service(HoldListBytes(compressed(KubeFanoutServer::new(service))));
     // Open watches end at once (with ShuttingDown) so that the graceful
     // shutdown is not held up by them. A task of its own: tonic does not
     // wait on its shutdown signal once the listener's stream has ended,
@@ -342,16 +396,20 @@ pub async fn start(
         }
         .instrument(info_span!("close-watches")),
     );
-    let (shutdown, keepalive, max_age) = (
-        cancel.clone(),
-        options.keepalive,
-        options.max_connection_age,
-    );
+    let accept = tls::Accept {
+        tls,
+        keepalive: options.keepalive,
+        max_age: options.max_connection_age,
+        connections: grpc_connections,
+        // Without authentication nothing ever is authenticated.
+        close_unauthenticated: options.security.auth.is_some(),
+    };
+    let shutdown = cancel.clone();
     tasks.spawn(
         async move {
             router
                 .serve_with_incoming_shutdown(
-                    tls::incoming(listener, tls, keepalive, max_age, shutdown.clone()),
+                    tls::incoming(listener, accept, shutdown.clone()),
                     shutdown.cancelled(),
                 )
                 .await?;
@@ -370,16 +428,32 @@ pub async fn start(
     })
 }
 
+/// A gRPC server builder with the HTTP/2 bounds of `limits`. tonic would
+/// otherwise pass no stream bound at all to hyper (overriding hyper's own
+/// 200), so one connection could open streams without end.
+fn bounded(limits: &ConnectionLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(
+            (limits.max_concurrent_streams > 0).then_some(limits.max_concurrent_streams),
+        )
+        .http2_max_header_list_size(limits.max_header_list_bytes)
+}
+
 /// gRPC message compression, negotiated per call and off unless the
 /// client asks: a request compressed with gzip or zstd is accepted, and
 /// responses are compressed with the first of them the client lists in
 /// `grpc-accept-encoding`. tonic then compresses every response message of
 /// the call, however small (it has no size threshold), and per call: a
 /// live event shared by many subscribers is compressed once for each of
-/// them that asked (what that costs is in BENCHMARKS.md).
+/// them that asked (what that costs is in BENCHMARKS.md). A request is
+/// decoded only up to [`MAX_REQUEST_BYTES`] after decompression, so a few
+/// KB of gzip cannot make kube-fanout hold megabytes (tonic answers
+/// RESOURCE_EXHAUSTED, or OUT_OF_RANGE for an uncompressed one, naming the
+/// limit).
 fn compressed(server: KubeFanoutServer<FanoutService>) -> KubeFanoutServer<FanoutService> {
     use tonic::codec::CompressionEncoding::{Gzip, Zstd};
     server
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
         .accept_compressed(Gzip)
         .accept_compressed(Zstd)
         .send_compressed(Gzip)
@@ -402,11 +476,19 @@ fn secure(
         );
         return Ok((Access::open(), None, None));
     };
-    let reviews = Arc::new(KubeReviews::new(client.clone(), auth.review_timeout));
+    let review_client = match &auth.review_client {
+        Some(ReviewClient(own)) => own.clone(),
+        None => {
+            warn!("reviews share the reflectors' API client");
+            client.clone()
+        }
+    };
+    let reviews = Arc::new(KubeReviews::new(review_client, auth.review_timeout));
     let authenticator = Arc::new(Authenticator::new(
         reviews.clone(),
         auth.audiences.clone(),
         auth.token_ttl,
+        ReviewBudget::new(auth.review_limits),
     ));
     let scrapes = auth.metrics.then(|| {
         HttpAccess::new(
@@ -422,7 +504,7 @@ fn secure(
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }
     Ok((
-        Access::checked(Arc::new(authorizer)),
+        Access::checked(Arc::new(authorizer), authenticator.clone()),
         Some(AuthenticateLayer::new(authenticator)),
         scrapes,
     ))

@@ -14,18 +14,20 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     auth::{
-        Access, Attributes, AuthError, Grant, Verb,
+        Access, AuthError, Grant, Verb,
         limits::{Held, Limiter, Permit},
     },
     cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
-    filter::{Filter, selected_name},
-    object::object_key,
+    filter::Filter,
+    list_budget::{ListBudget, ListBytes, ListTooLarge, Reservation},
+    object::{namespace_range, object_key},
+    paging::PageBytes,
     projection::Projection,
-    resource::GroupVersionResource,
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
     tls::ConnInfo,
+    validation::{self, Scope},
 };
 
 /// The `kubefanout.v1.KubeFanout` service.
@@ -36,6 +38,7 @@ pub struct FanoutService {
     encoder: Arc<WatchEncoder>,
     access: Access,
     limiter: Arc<Limiter>,
+    budget: ListBudget,
 }
 
 impl FanoutService {
@@ -48,7 +51,14 @@ impl FanoutService {
             encoder: Arc::default(),
             access: Access::open(),
             limiter: Arc::default(),
+            budget: ListBudget::default(),
         }
+    }
+
+    /// Bounds the bytes of List responses held at once with `budget` (the
+    /// default bounds nothing worth the name).
+    pub fn with_list_budget(self, budget: ListBudget) -> Self {
+        FanoutService { budget, ..self }
     }
 
     /// Bounds what each caller may hold open with `limiter` (the default
@@ -62,51 +72,25 @@ impl FanoutService {
         FanoutService { access, ..self }
     }
 
-    /// Authorizes `verb` on a request's resource, namespace and name, as the
-    /// API server would authorize the same request: the one place requests
-    /// are let through.
+    /// Authorizes `verb` on a request's checked scope, as the API server
+    /// would authorize the same request: the one place requests are let
+    /// through, and only with validated values (see [`crate::validation`]).
     async fn authorize(
         &self,
         extensions: &http::Extensions,
         verb: Verb,
-        resource: Option<&pb::ResourceRef>,
-        namespace: &str,
-        name: &str,
+        scope: &Scope,
     ) -> Result<Grant, RequestError> {
-        let r = resource
-            .filter(|r| !r.version.is_empty() && !r.resource.is_empty())
-            .ok_or(RequestError::MissingResource)?;
-        let attributes = Attributes {
-            verb,
-            group: r.group.clone(),
-            version: r.version.clone(),
-            resource: r.resource.clone(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        };
-        Ok(self.access.authorize(extensions, attributes).await?)
+        Ok(self
+            .access
+            .authorize(extensions, scope.attributes(verb))
+            .await?)
     }
 
-    fn served(&self, resource: Option<pb::ResourceRef>) -> Result<Arc<Served>, RequestError> {
-        let r = resource
-            .filter(|r| !r.version.is_empty() && !r.resource.is_empty())
-            .ok_or(RequestError::MissingResource)?;
-        let asked = GroupVersionResource {
-            group: r.group,
-            version: r.version,
-            resource: r.resource,
-        };
+    fn served(&self, scope: &Scope) -> Result<Arc<Served>, RequestError> {
         self.cache
-            .get(&asked)
-            .ok_or_else(|| RequestError::UnknownResource {
-                served: self
-                    .cache
-                    .iter()
-                    .map(|s| s.resource().gvr.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                asked,
-            })
+            .get(&scope.gvr)
+            .ok_or_else(|| RequestError::UnknownResource(scope.gvr.clone()))
     }
 
     /// Starts a watch; `snapshot` (a per-caller permit) is given back once
@@ -117,7 +101,8 @@ impl FanoutService {
         snapshot: Option<Permit>,
         retire_at: Option<Instant>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
-        let served = self.served(request.resource)?;
+        let scope = Scope::watch(&request)?;
+        let served = self.served(&scope)?;
         let spec = WatchSpec {
             filter: Filter::new(
                 &request.namespace,
@@ -130,7 +115,7 @@ impl FanoutService {
             allow_bookmarks: request.allow_bookmarks,
             projection: Projection::from_request(request.metadata_only),
         };
-        let guard = served.subscriber();
+        let guard = served.subscriber(&scope.namespace);
         let encoder = self.encoder.clone();
         let events = subscription::watch_on(
             served.store.clone(),
@@ -153,19 +138,43 @@ impl FanoutService {
         }))
     }
 
-    fn list(&self, request: ListRequest) -> Result<ListResponse, RequestError> {
-        let served = self.served(request.resource)?;
+    /// A List's page, within the per-List byte bound; `reserved` is the
+    /// most it may hold, and what it keeps is returned with the response.
+    fn list(
+        &self,
+        request: ListRequest,
+        reserved: Reservation,
+    ) -> Result<(ListResponse, ListBytes), RequestError> {
+        let scope = Scope::list(&request)?;
+        let served = self.served(&scope)?;
         let filter = Filter::new(
             &request.namespace,
             &request.label_selector,
             &request.field_selector,
             &served.resource().fields,
         )?;
-        let page = served
-            .pages
-            .page(&served.store, &filter, request.limit, &request.r#continue)?;
         let projection = Projection::from_request(request.metadata_only);
-        Ok(ListResponse {
+        let max_bytes = self.budget.per_list();
+        let page = served.pages.page(
+            &served.store,
+            &filter,
+            request.limit,
+            &request.r#continue,
+            PageBytes {
+                max: max_bytes,
+                of: &|o| projection.bytes(o),
+            },
+        )?;
+        if request.limit == 0 && page.next.is_some() {
+            return Err(ListTooLarge {
+                resource: scope.gvr.to_string(),
+                max: max_bytes,
+            }
+            .into());
+        }
+        let bytes = page.objects.iter().map(|o| projection.bytes(o)).sum();
+        let kept = reserved.keep(bytes);
+        let response = ListResponse {
             resource_version: page.resource_version.to_string(),
             objects: page
                 .objects
@@ -174,15 +183,14 @@ impl FanoutService {
                 .collect(),
             r#continue: page.next.map(|t| t.encode()).unwrap_or_default(),
             remaining_item_count: page.remaining,
-        })
+        };
+        Ok((response, kept))
     }
 
     fn get(&self, request: GetRequest) -> Result<GetResponse, RequestError> {
-        let served = self.served(request.resource)?;
-        if request.name.is_empty() {
-            return Err(RequestError::MissingName);
-        }
-        let key = object_key(&request.namespace, &request.name);
+        let scope = Scope::get(&request)?;
+        let served = self.served(&scope)?;
+        let key = object_key(&scope.namespace, &scope.name);
         let object = served
             .store
             .get(&key)
@@ -198,47 +206,48 @@ impl FanoutService {
         })
     }
 
-    fn list_resources(&self) -> ListResourcesResponse {
-        let resources = self
-            .cache
-            .iter()
-            .map(|served| {
-                let resource = served.resource();
-                let status = served.store.status();
-                let reflector = served.reflector.lock().clone();
-                pb::ResourceStatus {
-                    resource: Some(pb::ResourceRef {
-                        group: resource.gvr.group.clone(),
-                        version: resource.gvr.version.clone(),
-                        resource: resource.gvr.resource.clone(),
-                    }),
-                    kind: resource.kind.clone(),
-                    namespaced: resource.namespaced,
-                    sync_state: if status.head.synced {
-                        pb::SyncState::Synced
-                    } else {
-                        pb::SyncState::Syncing
-                    }
-                    .into(),
-                    resource_version: status.head.resource_version.to_string(),
-                    objects: status.objects,
-                    subscribers: served.subscribers(),
-                    reflector_phase: reflector.phase.as_str().to_owned(),
-                    last_error: reflector.last_error.unwrap_or_default(),
-                    oldest_resumable_resource_version: status
-                        .oldest_resumable
-                        .map(|rv| rv.to_string())
-                        .unwrap_or_default(),
-                    newest_resource_version: status.head.resource_version.to_string(),
-                    relists: status.relists,
-                    lists: reflector.lists,
-                    watch_lists: reflector.watch_lists,
-                    watches: reflector.watches,
-                    failures: reflector.failures,
-                }
-            })
-            .collect();
-        ListResourcesResponse { resources }
+    /// The status of `served`, its counts scoped to `namespace` (empty:
+    /// all), the scope the caller was allowed to list.
+    fn resource_status(served: &Served, namespace: &str) -> pb::ResourceStatus {
+        let resource = served.resource();
+        let status = served.store.status();
+        let reflector = served.reflector.lock().clone();
+        let objects = if namespace.is_empty() {
+            status.objects
+        } else {
+            let snapshot = served.store.snapshot();
+            namespace_range(&snapshot.objects, namespace).len() as u64
+        };
+        pb::ResourceStatus {
+            resource: Some(pb::ResourceRef {
+                group: resource.gvr.group.clone(),
+                version: resource.gvr.version.clone(),
+                resource: resource.gvr.resource.clone(),
+            }),
+            kind: resource.kind.clone(),
+            namespaced: resource.namespaced,
+            sync_state: if status.head.synced {
+                pb::SyncState::Synced
+            } else {
+                pb::SyncState::Syncing
+            }
+            .into(),
+            resource_version: status.head.resource_version.to_string(),
+            objects,
+            subscribers: served.subscribers(namespace),
+            reflector_phase: reflector.phase.as_str().to_owned(),
+            last_error: reflector.last_error.unwrap_or_default(),
+            oldest_resumable_resource_version: status
+                .oldest_resumable
+                .map(|rv| rv.to_string())
+                .unwrap_or_default(),
+            newest_resource_version: status.head.resource_version.to_string(),
+            relists: status.relists,
+            lists: reflector.lists,
+            watch_lists: reflector.watch_lists,
+            watches: reflector.watches,
+            failures: reflector.failures,
+        }
     }
 }
 
@@ -251,14 +260,9 @@ impl KubeFanout for FanoutService {
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let r = request.get_ref();
+        let scope = Scope::watch(r)?;
         let grant = self
-            .authorize(
-                request.extensions(),
-                Verb::Watch,
-                r.resource.as_ref(),
-                &r.namespace,
-                &selected_name(&r.field_selector),
-            )
+            .authorize(request.extensions(), Verb::Watch, &scope)
             .await?;
         let caller = Limiter::caller(request.extensions());
         let watch = self.limiter.acquire(&caller, Held::Watch)?;
@@ -277,34 +281,24 @@ impl KubeFanout for FanoutService {
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let r = request.get_ref();
-        self.authorize(
-            request.extensions(),
-            Verb::List,
-            r.resource.as_ref(),
-            &r.namespace,
-            &selected_name(&r.field_selector),
-        )
-        .await?;
+        let scope = Scope::list(request.get_ref())?;
+        self.authorize(request.extensions(), Verb::List, &scope)
+            .await?;
         // A List copies (a page of) the store like a snapshot does.
         let caller = Limiter::caller(request.extensions());
         let _snapshot = self.limiter.acquire(&caller, Held::Snapshot)?;
-        Ok(Response::new(FanoutService::list(
-            self,
-            request.into_inner(),
-        )?))
+        let reserved = self.budget.reserve().await;
+        let (list, held) = FanoutService::list(self, request.into_inner(), reserved)?;
+        let mut response = Response::new(list);
+        // Given back once the response is handed over (`HoldListBytes`).
+        response.extensions_mut().insert(held);
+        Ok(response)
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let r = request.get_ref();
-        self.authorize(
-            request.extensions(),
-            Verb::Get,
-            r.resource.as_ref(),
-            &r.namespace,
-            &r.name,
-        )
-        .await?;
+        let scope = Scope::get(request.get_ref())?;
+        self.authorize(request.extensions(), Verb::Get, &scope)
+            .await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -315,24 +309,31 @@ impl KubeFanout for FanoutService {
         &self,
         request: Request<ListResourcesRequest>,
     ) -> Result<Response<ListResourcesResponse>, Status> {
-        let mut response = self.list_resources();
         // Only the types the caller may list in the namespace it names
-        // (cluster-wide when it names none).
+        // (cluster-wide when it names none), counted in that namespace.
         let namespace = &request.get_ref().namespace;
-        let mut visible = Vec::with_capacity(response.resources.len());
-        for status in response.resources {
-            let resource = status.resource.as_ref();
+        validation::namespace("namespace", namespace).map_err(RequestError::from)?;
+        let mut resources = Vec::new();
+        for served in self.cache.iter() {
+            let gvr = &served.resource().gvr;
+            let scope = Scope::listing(
+                &pb::ResourceRef {
+                    group: gvr.group.clone(),
+                    version: gvr.version.clone(),
+                    resource: gvr.resource.clone(),
+                },
+                namespace,
+            )?;
             match self
-                .authorize(request.extensions(), Verb::List, resource, namespace, "")
+                .authorize(request.extensions(), Verb::List, &scope)
                 .await
             {
-                Ok(_) => visible.push(status),
+                Ok(_) => resources.push(FanoutService::resource_status(served, namespace)),
                 Err(RequestError::Auth(AuthError::Denied { .. })) => {}
                 Err(err) => return Err(err.into()),
             }
         }
-        response.resources = visible;
-        Ok(Response::new(response))
+        Ok(Response::new(ListResourcesResponse { resources }))
     }
 }
 
@@ -342,11 +343,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        auth::limits::CallerLimits,
+        auth::limits::{Caller, CallerLimits},
+        list_budget::ListBytesLimits,
         object::ResourceVersion,
         store::{
             EventKind, Store,
-            tests::{configmaps, object},
+            tests::{configmaps, object, object_in},
         },
     };
 
@@ -512,14 +514,14 @@ mod tests {
                 let added = pb::WatchEvent::decode(added).unwrap();
                 assert_eq!(added.r#type(), pb::EventType::Added, "{rv:?}");
             }
-            assert_eq!(service.limiter.held("anonymous", Held::Snapshot), 1);
+            assert_eq!(service.limiter.held(&Caller::Anonymous, Held::Snapshot), 1);
             // Past the snapshot (no event is due, so the wait times out)
             // the permit is back.
             tokio::time::timeout(std::time::Duration::from_secs(1), legacy.next())
                 .await
                 .expect_err("nothing after the snapshot");
             assert_eq!(
-                service.limiter.held("anonymous", Held::Snapshot),
+                service.limiter.held(&Caller::Anonymous, Held::Snapshot),
                 0,
                 "{rv:?}"
             );
@@ -606,8 +608,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn list_and_get_answer_partial_object_metadata_when_asked() {
+    #[tokio::test]
+    async fn list_and_get_answer_partial_object_metadata_when_asked() {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(
             vec![object("a", 1, "{}"), object("b", 2, "{}")],
@@ -622,8 +624,10 @@ mod tests {
                 metadata_only: true,
                 ..Default::default()
             },
+            service.budget.reserve().await,
         )
-        .unwrap();
+        .unwrap()
+        .0;
         let get = FanoutService::get(
             &service,
             GetRequest {
@@ -641,6 +645,155 @@ mod tests {
             .map(|o| serde_json::from_str::<serde_json::Value>(o).unwrap()["kind"].clone())
             .collect();
         assert_eq!(kinds, ["PartialObjectMetadata"; 3]);
+    }
+
+    fn configmaps_ref() -> Option<pb::ResourceRef> {
+        request("", "", false).resource
+    }
+
+    /// Objects of 200 bytes, for byte bounds.
+    fn sized(name: &str) -> crate::object::Object {
+        let mut o = object(name, 1, "{}");
+        let padding = 200 - o.json.len();
+        let json = format!(
+            "{}{}}}",
+            &o.json[..o.json.len() - 1],
+            format_args!(",\"p\":\"{}\"", "x".repeat(padding - 7))
+        );
+        o.json = json.into();
+        assert_eq!(o.json.len(), 200);
+        o
+    }
+
+    #[tokio::test]
+    async fn a_list_holds_at_most_its_byte_bound_and_an_unpaged_one_over_it_is_refused() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            (0..10).map(|i| sized(&format!("o{i}"))).collect(),
+            ResourceVersion(1),
+        );
+        let service = service(store).with_list_budget(ListBudget::new(ListBytesLimits {
+            per_list: 700,
+            total: 1 << 20,
+        }));
+        let list = |limit: u32, token: &str| {
+            let service = service.clone();
+            let request = Request::new(ListRequest {
+                resource: configmaps_ref(),
+                limit,
+                r#continue: token.into(),
+                ..Default::default()
+            });
+            async move { KubeFanout::list(&service, request).await }
+        };
+        let unpaged = list(0, "").await.unwrap_err();
+        assert_eq!(unpaged.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            unpaged.message(),
+            "an unpaged List of v1/configmaps would send more than 700 bytes of objects (--max-list-bytes): page it with limit and continue"
+        );
+        // A page of 5 stops at 3 objects (600 bytes) and goes on from there.
+        let page = list(5, "").await.unwrap();
+        let held = page.extensions().get::<ListBytes>().is_some();
+        let page = page.into_inner();
+        assert!(held, "the kept bytes travel with the response");
+        assert_eq!((page.objects.len(), page.remaining_item_count), (3, 7));
+        let next = list(5, &page.r#continue).await.unwrap().into_inner();
+        assert_eq!(next.objects.len(), 3);
+        assert!(
+            next.objects[0].contains(r#""name":"o3""#),
+            "{}",
+            next.objects[0]
+        );
+        // Responses dropped: the whole budget is back.
+        assert_eq!(service.budget.available(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn list_resources_counts_only_the_namespace_asked_for() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![
+                object_in("a", "x", 1, "{}"),
+                object_in("a", "y", 1, "{}"),
+                object_in("b", "z", 1, "{}"),
+            ],
+            ResourceVersion(1),
+        );
+        let service = service(store);
+        let in_a = WatchRequest {
+            namespace: "a".into(),
+            ..request("", "1", false)
+        };
+        let _a = service.start_watch(in_a, None, None).unwrap();
+        let _all = service
+            .start_watch(request("", "1", false), None, None)
+            .unwrap();
+        let counts = |namespace: &str| {
+            let service = service.clone();
+            let request = Request::new(ListResourcesRequest {
+                namespace: namespace.into(),
+            });
+            async move {
+                let status = KubeFanout::list_resources(&service, request)
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .resources
+                    .remove(0);
+                (status.objects, status.subscribers)
+            }
+        };
+        assert_eq!(counts("").await, (3, 2));
+        assert_eq!(counts("a").await, (2, 1));
+        assert_eq!(counts("b").await, (1, 0));
+        let refused = KubeFanout::list_resources(
+            &service,
+            Request::new(ListResourcesRequest {
+                namespace: "x".repeat(64),
+            }),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn get_refuses_a_path_for_a_name_and_unserved_types_list_nothing() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("x", 1, "{}")], ResourceVersion(1));
+        let service = service(store);
+        let get = |namespace: &str, name: &str, resource| {
+            let service = service.clone();
+            let request = Request::new(GetRequest {
+                resource,
+                namespace: namespace.into(),
+                name: name.into(),
+                metadata_only: false,
+            });
+            async move { KubeFanout::get(&service, request).await }
+        };
+        get("ns", "x", configmaps_ref()).await.unwrap();
+        // "ns/x" at the cluster scope is the cache key of ns's x.
+        let path = get("", "ns/x", configmaps_ref()).await.unwrap_err();
+        assert_eq!(path.code(), tonic::Code::InvalidArgument);
+        assert!(
+            path.message().starts_with("name \"ns/x\" is invalid"),
+            "{path:?}"
+        );
+        let unserved = get(
+            "ns",
+            "x",
+            Some(pb::ResourceRef {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "secrets".into(),
+            }),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(unserved.code(), tonic::Code::NotFound);
+        assert!(!unserved.message().contains("configmaps"), "{unserved:?}");
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use parking_lot::Mutex;
 use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
@@ -32,17 +32,18 @@ use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::mpsc,
-    time::Instant,
+    time::{Instant, Sleep},
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tokio_util::{either::Either, sync::CancellationToken};
 use tonic::transport::server::Connected;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::{keepalive::Keepalive, retire::MaxConnectionAge};
-
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::{
+    connections::{Authenticated, Connections, Slot},
+    keepalive::Keepalive,
+    retire::MaxConnectionAge,
+};
 
 /// The files TLS is served from.
 #[derive(Debug, Clone)]
@@ -339,11 +340,74 @@ fn server_config(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// A client connection, and when it is retired if connections have a
-/// maximum age.
+/// A client connection, when it is retired if connections have a maximum
+/// age, its place among the open connections, and when it is closed if it
+/// authenticates nothing.
 pub struct Conn {
     io: Io,
     max_age: Option<MaxConnectionAge>,
+    slot: Slot,
+    unauthenticated: Unauthenticated,
+}
+
+/// Where a connection is in closing for authenticating nothing.
+enum Unauthenticated {
+    /// Not closed for that: authenticated, or not asked to.
+    Off,
+    /// Closed at this deadline unless a request authenticates first.
+    Until(Pin<Box<Sleep>>),
+    /// Past the deadline: the TLS close_notify and the TCP FIN going out.
+    ShuttingDown,
+    /// Closed: reads see the end of the stream, so hyper ends the
+    /// connection as if the client had closed it.
+    Closed,
+}
+
+impl Conn {
+    /// Moves a connection past its deadline without an authenticated
+    /// request towards being closed: `Some` is what a read returns
+    /// instead of reading, `None` lets it read. Polled with every read,
+    /// which hyper always has pending, so the deadline's timer wakes the
+    /// connection's task; after authentication it costs one comparison.
+    fn close_if_unauthenticated(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
+        loop {
+            match &mut self.unauthenticated {
+                Unauthenticated::Off => return None,
+                Unauthenticated::Until(deadline) => {
+                    if self.slot.authenticated().is_set() {
+                        self.unauthenticated = Unauthenticated::Off;
+                        return None;
+                    }
+                    if deadline.poll_unpin(cx).is_pending() {
+                        return None;
+                    }
+                    self.slot.connections().closed_unauthenticated();
+                    debug!(
+                        peer = ?self.socket().peer_addr().ok(),
+                        timeout = ?self.slot.connections().limits().unauthenticated_timeout,
+                        "closing a connection on which nothing was authenticated in time"
+                    );
+                    self.unauthenticated = Unauthenticated::ShuttingDown;
+                }
+                Unauthenticated::ShuttingDown => {
+                    if Pin::new(&mut self.io).poll_shutdown(cx).is_pending() {
+                        return Some(Poll::Pending);
+                    }
+                    // An error leaves the socket to be closed on drop.
+                    self.unauthenticated = Unauthenticated::Closed;
+                }
+                Unauthenticated::Closed => return Some(Poll::Ready(Ok(()))),
+            }
+        }
+    }
+
+    /// The socket under the connection.
+    fn socket(&self) -> &TcpStream {
+        match &self.io {
+            Either::Left(tcp) => tcp,
+            Either::Right(tls) => tls.get_ref().0,
+        }
+    }
 }
 
 /// A connection's stream: plain (`Left`) or after a TLS handshake
@@ -363,6 +427,10 @@ pub struct ConnInfo {
     /// When the connection's watches end, with a maximum connection age
     /// (see [`crate::retire`]).
     pub retire_at: Option<Instant>,
+    /// Set by the authentication layer once a request on the connection
+    /// has been authenticated; until then the connection is closed after
+    /// `--unauthenticated-connection-timeout-seconds`.
+    pub authenticated: Authenticated,
 }
 
 impl Connected for Conn {
@@ -372,11 +440,13 @@ impl Connected for Conn {
     /// counting its age); every request on it gets a copy.
     fn connect_info(&self) -> ConnInfo {
         let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
+        let authenticated = self.slot.authenticated().clone();
         match &self.io {
             Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 peer_certificate: None,
                 retire_at,
+                authenticated,
             },
             Either::Right(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -388,6 +458,7 @@ impl Connected for Conn {
                         .and_then(|chain| chain.first())
                         .map(|leaf| Arc::new(leaf.clone().into_owned())),
                     retire_at,
+                    authenticated,
                 }
             }
         }
@@ -400,7 +471,11 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        if let Some(closing) = this.close_if_unauthenticated(cx) {
+            return closing;
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
@@ -434,15 +509,34 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// The connections accepted on `listener` until `cancel` fires, each with
-/// `keepalive` set and retired at `max_age` if given; with TLS, each
-/// handshake runs in its own task (a slow client delays no other) and one
-/// that fails or times out is logged and dropped.
+/// How [`incoming`] accepts connections.
+#[derive(Clone)]
+pub struct Accept {
+    /// TLS, or plaintext if `None`.
+    pub tls: Option<TlsAcceptor>,
+    /// Set on every accepted socket.
+    pub keepalive: Keepalive,
+    /// When connections are retired, if they are.
+    pub max_age: Option<MaxConnectionAge>,
+    /// The open connections, counted against their bounds (which also
+    /// give the handshake and unauthenticated timeouts).
+    pub connections: Arc<Connections>,
+    /// Whether a connection on which no request has been authenticated
+    /// within the unauthenticated timeout is closed: with authentication
+    /// on (without it nothing ever is), and on the health listener (where
+    /// nothing ever is either, so each connection lasts that long at most).
+    pub close_unauthenticated: bool,
+}
+
+/// The connections accepted on `listener` until `cancel` fires: beyond
+/// the connection bounds closed at once (counted, logged at a bounded
+/// rate), each other with keepalive set and a deadline to authenticate by
+/// if asked; with TLS, each handshake runs in its own task (a slow client
+/// delays no other, and holds its connection slot meanwhile) and one that
+/// fails or times out is counted, logged and dropped.
 pub fn incoming(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    keepalive: Keepalive,
-    max_age: Option<MaxConnectionAge>,
+    accept: Accept,
     cancel: CancellationToken,
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
@@ -462,6 +556,11 @@ pub fn incoming(
                         continue;
                     }
                 };
+                // Refused before a handshake is spent on it; dropping the
+                // socket closes it.
+                let Ok(slot) = accept.connections.admit(peer.ip()) else {
+                    continue;
+                };
                 // Watch events are small writes on a long-lived stream:
                 // with Nagle's algorithm on, each one written while the
                 // previous is unacknowledged waits for the peer's (delayed)
@@ -470,13 +569,26 @@ pub fn incoming(
                 if let Err(err) = tcp.set_nodelay(true) {
                     debug!(error = %err, %peer, "TCP_NODELAY not set");
                 }
-                if let Err(err) = keepalive.apply(&tcp) {
+                if let Err(err) = accept.keepalive.apply(&tcp) {
                     warn!(error = %err, %peer, "TCP keepalive not set");
                 }
-                let Some(acceptor) = tls.clone() else {
+                let limits = *accept.connections.limits();
+                // Counted from the accept: the handshake is part of the
+                // time a connection holds a slot without proving anything.
+                let unauthenticated = if accept.close_unauthenticated {
+                    Unauthenticated::Until(Box::pin(tokio::time::sleep(
+                        limits.unauthenticated_timeout,
+                    )))
+                } else {
+                    Unauthenticated::Off
+                };
+                let max_age = accept.max_age;
+                let Some(acceptor) = accept.tls.clone() else {
                     let conn = Conn {
                         io: Either::Left(tcp),
                         max_age,
+                        slot,
+                        unauthenticated,
                     };
                     if tx.send(Ok(conn)).await.is_err() {
                         return;
@@ -486,16 +598,25 @@ pub fn incoming(
                 let tx = tx.clone();
                 tokio::spawn(
                     async move {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        let handshake = acceptor.accept(tcp);
+                        match tokio::time::timeout(limits.handshake_timeout, handshake).await {
                             Ok(Ok(tls)) => {
                                 let conn = Conn {
                                     io: Either::Right(Box::new(tls)),
                                     max_age,
+                                    slot,
+                                    unauthenticated,
                                 };
                                 let _ = tx.send(Ok(conn)).await;
                             }
-                            Ok(Err(err)) => debug!(error = %err, "TLS handshake failed"),
-                            Err(_) => debug!("TLS handshake timed out"),
+                            Ok(Err(err)) => {
+                                slot.connections().handshake_failed();
+                                debug!(error = %err, "TLS handshake failed");
+                            }
+                            Err(_) => {
+                                slot.connections().handshake_failed();
+                                debug!(timeout = ?limits.handshake_timeout, "TLS handshake timed out");
+                            }
                         }
                     }
                     .instrument(info_span!("handshake", %peer)),
@@ -513,20 +634,114 @@ mod tests {
 
     use futures::StreamExt;
     use rustls::pki_types::ServerName;
+    use tokio::io::AsyncReadExt;
+
+    use crate::connections::ConnectionLimits;
     use tokio_rustls::TlsConnector;
 
-    /// The socket under an accepted connection.
-    fn socket(conn: &Conn) -> &TcpStream {
-        match conn {
-            Conn {
-                io: Either::Left(tcp),
-                ..
-            } => tcp,
-            Conn {
-                io: Either::Right(tls),
-                ..
-            } => tls.get_ref().0,
+    /// `accept` with plaintext, the default keepalive, no maximum age.
+    fn plain(connections: &Arc<Connections>, close_unauthenticated: bool) -> Accept {
+        Accept {
+            tls: None,
+            keepalive: Keepalive::default(),
+            max_age: None,
+            connections: connections.clone(),
+            close_unauthenticated,
         }
+    }
+
+    fn bounded(limits: ConnectionLimits) -> Arc<Connections> {
+        Connections::new(limits)
+    }
+
+    /// A client socket bound to `source` connected to `addr`.
+    async fn connect_from(source: &str, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_bound_from_one_address_are_closed_and_others_accepted() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = bounded(ConnectionLimits {
+            max_connections_per_ip: 2,
+            ..ConnectionLimits::default()
+        });
+        let cancel = CancellationToken::new();
+        let mut conns = Box::pin(incoming(
+            listener,
+            plain(&connections, false),
+            cancel.clone(),
+        ));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let client = connect_from("127.0.0.1", addr).await;
+            held.push((client, conns.next().await.unwrap().unwrap()));
+        }
+        let mut refused = connect_from("127.0.0.1", addr).await;
+        let mut byte = [0; 1];
+        assert_eq!(refused.read(&mut byte).await.unwrap_or(0), 0, "not closed");
+        let _other = connect_from("127.0.0.2", addr).await;
+        let other = conns.next().await.unwrap().unwrap();
+        assert_eq!(
+            other.socket().peer_addr().unwrap().ip(),
+            "127.0.0.2".parse::<std::net::IpAddr>().unwrap()
+        );
+        let stats = connections.stats();
+        assert_eq!((stats.open, stats.refused_per_ip), (3, 1));
+        drop(held.pop());
+        let _again = connect_from("127.0.0.1", addr).await;
+        let _accepted = conns.next().await.unwrap().unwrap();
+        assert_eq!(connections.stats().open, 3);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_authenticates_nothing_is_closed_at_its_deadline_and_others_stay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let timeout = Duration::from_secs(30);
+        let connections = bounded(ConnectionLimits {
+            unauthenticated_timeout: timeout,
+            ..ConnectionLimits::default()
+        });
+        let cancel = CancellationToken::new();
+        let mut conns = Box::pin(incoming(
+            listener,
+            plain(&connections, true),
+            cancel.clone(),
+        ));
+        let mut quiet_client = TcpStream::connect(addr).await.unwrap();
+        let mut quiet = conns.next().await.unwrap().unwrap();
+        let accepted = Instant::now();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let mut authenticated = conns.next().await.unwrap().unwrap();
+        authenticated.connect_info().authenticated.set();
+        let mut byte = [0; 1];
+
+        assert_eq!(quiet.read(&mut byte).await.unwrap(), 0);
+        assert_eq!(Instant::now() - accepted, timeout);
+        assert_eq!(quiet_client.read(&mut byte).await.unwrap(), 0, "no FIN");
+        assert_eq!(connections.stats().closed_unauthenticated, 1);
+        let read = tokio::time::timeout(timeout * 10, authenticated.read(&mut byte)).await;
+        assert!(read.is_err(), "an authenticated connection was closed");
+
+        // Without the deadline (authentication off), nothing is closed.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conns = Box::pin(incoming(
+            listener,
+            plain(&connections, false),
+            cancel.clone(),
+        ));
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let mut open = conns.next().await.unwrap().unwrap();
+        let read = tokio::time::timeout(timeout * 10, open.read(&mut byte)).await;
+        assert!(read.is_err(), "closed without a deadline");
+        assert_eq!(connections.stats().closed_unauthenticated, 1);
+        cancel.cancel();
     }
 
     #[tokio::test]
@@ -554,26 +769,29 @@ mod tests {
         };
         // Set on the socket, whatever the connection carries.
         let probing = |conn: &Conn| {
-            let socket = socket2::SockRef::from(socket(conn));
+            let socket = socket2::SockRef::from(conn.socket());
             socket.keepalive().unwrap()
                 && socket.tcp_keepalive_time().unwrap() == Duration::from_secs(11)
         };
-        let mut conns = Box::pin(incoming(plain, None, keepalive, None, cancel.clone()));
+        let connections = bounded(ConnectionLimits::default());
+        let accept = Accept {
+            keepalive,
+            ..self::plain(&connections, false)
+        };
+        let mut conns = Box::pin(incoming(plain, accept.clone(), cancel.clone()));
         let _client = TcpStream::connect(plain_addr).await.unwrap();
         let conn = conns.next().await.unwrap().unwrap();
         assert!(matches!(conn.io, Either::Left(_)));
-        assert!(socket(&conn).nodelay().unwrap(), "plain: Nagle is on");
+        assert!(conn.socket().nodelay().unwrap(), "plain: Nagle is on");
         assert!(probing(&conn), "plain: no keepalive");
 
         let secure = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let secure_addr = secure.local_addr().unwrap();
-        let mut conns = Box::pin(incoming(
-            secure,
-            Some(acceptor(&files).unwrap()),
-            keepalive,
-            None,
-            cancel.clone(),
-        ));
+        let accept = Accept {
+            tls: Some(acceptor(&files).unwrap()),
+            ..accept
+        };
+        let mut conns = Box::pin(incoming(secure, accept, cancel.clone()));
         let mut roots = RootCertStore::empty();
         roots.add(cert.der().clone()).unwrap();
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -591,7 +809,7 @@ mod tests {
         client.unwrap();
         let conn = conn.unwrap().unwrap();
         assert!(matches!(conn.io, Either::Right(_)));
-        assert!(socket(&conn).nodelay().unwrap(), "TLS: Nagle is on");
+        assert!(conn.socket().nodelay().unwrap(), "TLS: Nagle is on");
         assert!(probing(&conn), "TLS: no keepalive");
         cancel.cancel();
     }

@@ -7,6 +7,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context, Result, bail};
 use kube_fanout::{
+    connections::ConnectionLimits,
     keepalive::Keepalive,
     reflector::ReflectorConfig,
     server::{self, Running, Security, ServerOptions},
@@ -57,6 +58,7 @@ impl Fanout {
             security: Security::default(),
             keepalive: Keepalive::default(),
             max_connection_age: None,
+            connections: ConnectionLimits::default(),
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await

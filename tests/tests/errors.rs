@@ -37,8 +37,8 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
     let (_, snapshot_rv) = read_snapshot(&mut bystander).await?;
 
     let huge_name = format!(
-        "resource \"v1/{}\"… (1048579 bytes) is not served here",
-        "r".repeat(97)
+        "resource.resource \"{}\"… (1000 bytes) is 1000 bytes; at most 63 are accepted",
+        "r".repeat(100)
     );
     let cases: Vec<(WatchRequest, Code, &str)> = vec![
         (
@@ -52,19 +52,19 @@ async fn bad_requests_get_clear_statuses_and_leave_others_untouched() -> anyhow:
                 ..WatchRequest::default()
             },
             Code::NotFound,
-            "resource \"example.com/v1/widgets\" is not served here; served: v1/configmaps",
+            "resource \"example.com/v1/widgets\" is not served here (ListResources shows the served types you may list)",
         ),
         (
             WatchRequest {
                 resource: Some(ResourceRef {
                     version: "v1".into(),
-                    resource: "r".repeat(1 << 20),
+                    resource: "r".repeat(1000),
                     ..ResourceRef::default()
                 }),
                 ..WatchRequest::default()
             },
-            Code::NotFound,
-            // A megabyte of name is quoted as its first 100 characters.
+            Code::InvalidArgument,
+            // A name past its bound is quoted as its first 100 characters.
             &huge_name,
         ),
         (

@@ -184,7 +184,10 @@ async fn a_hundred_subscribers_with_random_filters_joining_and_resuming_see_exac
         o.limits = Limits {
             progress_interval: Duration::from_millis(500),
             ..Limits::default()
-        }
+        };
+        // A hundred subscribers, each on its own connection from 127.0.0.1,
+        // plus those being replaced as they resume.
+        o.connections.max_connections_per_ip = 0;
     })
     .await?;
     fanout.wait_synced().await?;

@@ -14,7 +14,7 @@ use super::{
 };
 
 /// Most decisions cached at once.
-const CACHE_CAPACITY: usize = 65_536;
+const CACHE_CAPACITY: u64 = 65_536;
 
 /// How long SubjectAccessReview answers are kept.
 #[derive(Debug, Clone, Copy)]
@@ -64,7 +64,7 @@ impl Authorizer {
         let key = (identity.clone(), attributes.clone());
         let (verdict, expires) = self
             .cache
-            .get_or_fetch(&key, || async {
+            .get_or_fetch(&key, |_| async {
                 let verdict = self.reviewer.review_access(identity, attributes).await?;
                 let ttl = self.ttl.of(&verdict);
                 Ok::<_, AuthError>((verdict, ttl))
@@ -84,7 +84,7 @@ impl Authorizer {
 
 /// Most non-resource decisions cached at once: one per identity that
 /// scrapes (the paths are kube-fanout's own, a handful).
-const NON_RESOURCE_CACHE_CAPACITY: usize = 4_096;
+const NON_RESOURCE_CACHE_CAPACITY: u64 = 4_096;
 
 /// Decides whether an identity may get a non-resource URL (`/metrics`),
 /// answers cached for the same TTLs as resource decisions.
@@ -114,7 +114,7 @@ impl NonResourceAuthorizer {
         let key = (identity.clone(), attributes);
         let (verdict, _) = self
             .cache
-            .get_or_fetch(&key, || async {
+            .get_or_fetch(&key, |_| async {
                 let verdict = self
                     .reviewer
                     .review_non_resource(identity, &attributes)
@@ -138,58 +138,19 @@ impl NonResourceAuthorizer {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::atomic::Ordering;
 
-    use futures::{StreamExt, future::BoxFuture};
+    use futures::StreamExt;
     use tonic::{Code, Status};
 
     use super::*;
-    use crate::auth::{Access, Verb};
-
-    /// Allows until revoked; counts reviews.
-    #[derive(Debug, Default)]
-    struct Fake {
-        calls: AtomicU32,
-        revoked: AtomicBool,
-    }
-
-    impl AccessReviewer for Fake {
-        fn review_access<'a>(
-            &'a self,
-            _identity: &'a Identity,
-            _attributes: &'a Attributes,
-        ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
-            Box::pin(async move {
-                self.calls.fetch_add(1, Ordering::SeqCst);
-                Ok(AccessVerdict {
-                    allowed: !self.revoked.load(Ordering::SeqCst),
-                    reason: String::new(),
-                })
-            })
-        }
-    }
-
-    const ALLOW_TTL: Duration = Duration::from_secs(10);
+    use crate::auth::{
+        Access,
+        fakes::{self, ALLOW_TTL, Accesses as Fake, watch_configmaps},
+    };
 
     fn access(fake: Arc<Fake>) -> Access {
-        Access::checked(Arc::new(Authorizer::new(
-            fake,
-            DecisionCacheTtl {
-                allowed: ALLOW_TTL,
-                denied: Duration::from_secs(5),
-            },
-        )))
-    }
-
-    fn watch_configmaps() -> Attributes {
-        Attributes {
-            verb: Verb::Watch,
-            group: String::new(),
-            version: "v1".into(),
-            resource: "configmaps".into(),
-            namespace: "a".into(),
-            name: String::new(),
-        }
+        fakes::checked(Arc::default(), fake).0
     }
 
     fn alice() -> http::Extensions {

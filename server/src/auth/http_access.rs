@@ -41,7 +41,9 @@ impl HttpAccess {
         attributes: NonResourceAttributes,
     ) -> Result<Identity, AuthError> {
         let token = bearer_token(headers)?;
-        let identity = self.authenticator.authenticate(token).await?;
+        // The scraper's address is not known here: only the total bound
+        // applies to its token's review.
+        let identity = self.authenticator.authenticate(token, None).await?.identity;
         self.authorizer.authorize(&identity, attributes).await?;
         Ok(identity)
     }
@@ -135,7 +137,12 @@ mod tests {
             failure: Duration::from_secs(10),
         };
         HttpAccess::new(
-            Arc::new(Authenticator::new(fake.clone(), vec![], ttl)),
+            Arc::new(Authenticator::new(
+                fake.clone(),
+                vec![],
+                ttl,
+                crate::auth::budget::ReviewBudget::new(Default::default()),
+            )),
             Arc::new(NonResourceAuthorizer::new(
                 fake,
                 DecisionCacheTtl {

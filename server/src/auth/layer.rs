@@ -4,11 +4,15 @@
 //! puts the [`Identity`] into the request's
 //! extensions, where [`Access::authorize`](super::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
-//! checks stay open so that probes need no credentials.
+//! checks stay open so that probes need no credentials; an authenticated
+//! request marks its connection as having proved who it is (see
+//! [`crate::tls::ConnInfo::authenticated`]).
 
 use std::{
+    net::IpAddr,
     sync::Arc,
     task::{Context, Poll},
+    time::SystemTime,
 };
 
 use futures::future::BoxFuture;
@@ -17,7 +21,8 @@ use tonic::Status;
 use tower::{Layer, Service};
 
 use super::{
-    AuthError, Authenticator, Identity,
+    AuthError, Authenticator, Credential, Identity, Presented,
+    credential::{self, instant_of},
     x509::{CertificateUser, NoUser, certificate_user},
 };
 use crate::tls::ConnInfo;
@@ -27,8 +32,18 @@ use crate::tls::ConnInfo;
 /// only cost the API server.
 pub const MAX_AUTHORIZATION_BYTES: usize = 8 * 1024;
 
-/// gRPC paths served without credentials.
-const OPEN_PREFIXES: &[&str] = &["/grpc.health.v1.Health/"];
+/// gRPC methods served without credentials: the health Check alone. A
+/// Check is one unary call that ends at once; the kubelet's gRPC probe
+/// and grpc-health-probe ask nothing else. The health Watch is a stream
+/// that stays open for as long as its client likes, so without
+/// credentials anyone who can connect could hold streams open (up to
+/// `--max-concurrent-streams` on each of `--max-connections-per-ip`
+/// connections, none of them ever authenticating, so uncounted by any
+/// per-caller bound); it needs credentials like every other call, and its
+/// connection then counts as authenticated. Counting unauthenticated
+/// Watch streams per address instead would bound them too, but would be a
+/// second per-source bound to tune for a call that no probe makes.
+const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check"];
 
 /// Authenticates every request (except health checks).
 #[derive(Debug, Clone)]
@@ -40,6 +55,11 @@ impl AuthenticateLayer {
     /// Authenticates bearer tokens with `authenticator`.
     pub fn new(authenticator: Arc<Authenticator>) -> Self {
         AuthenticateLayer { authenticator }
+    }
+
+    /// What its authenticator counts, for the metrics registry.
+    pub fn counters(&self) -> &super::counters::AuthCounters {
+        self.authenticator.counters()
     }
 }
 
@@ -83,26 +103,33 @@ where
         let authenticator = self.authenticator.clone();
         Box::pin(async move {
             let path = request.uri().path();
-            if OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+            if OPEN_METHODS.contains(&path) {
                 return inner.call(request).await;
             }
-            let certificate = request
-                .extensions()
-                .get::<ConnInfo>()
-                .and_then(|c| c.peer_certificate.as_deref());
-            let identity = match certificate.map(|der| certificate_user(der)) {
+            let conn = request.extensions().get::<ConnInfo>();
+            let source = conn.and_then(|c| c.remote_addr).map(|a| a.ip());
+            let certificate = conn.and_then(|c| c.peer_certificate.as_deref());
+            let headers = request.headers();
+            let identity = match certificate.map(|der| (certificate_user(der), der)) {
                 // As the API server: a certificate's user comes first, and a
                 // certificate it cannot parse fails (there, the handshake).
-                Some(Ok(CertificateUser::User(identity))) => Ok(identity),
-                Some(Err(err)) => Err(AuthError::from(err)),
-                Some(Ok(CertificateUser::NoUser(why))) => {
-                    token_identity(&authenticator, request.headers(), Some(why)).await
+                Some((Ok(CertificateUser::User(identity)), der)) => {
+                    certificate_credential(credential::not_after(der))
+                        .map(|presented| (identity, presented))
                 }
-                None => token_identity(&authenticator, request.headers(), None).await,
+                Some((Err(err), _)) => Err(AuthError::from(err)),
+                Some((Ok(CertificateUser::NoUser(why)), _)) => {
+                    token_identity(&authenticator, headers, source, Some(why)).await
+                }
+                None => token_identity(&authenticator, headers, source, None).await,
             };
             match identity {
-                Ok(identity) => {
+                Ok((identity, presented)) => {
+                    if let Some(conn) = request.extensions().get::<ConnInfo>() {
+                        conn.authenticated.set();
+                    }
                     request.extensions_mut().insert::<Identity>(identity);
+                    request.extensions_mut().insert::<Presented>(presented);
                     inner.call(request).await
                 }
                 Err(err) => {
@@ -114,20 +141,42 @@ where
     }
 }
 
-/// Who holds the request's bearer token; without one, the error says why
+/// Who holds the request's bearer token (sent from `source`), and the
+/// token to re-check an open watch with; without one, the error says why
 /// the certificate (if any) named no user either.
 async fn token_identity(
     authenticator: &Authenticator,
     headers: &HeaderMap,
+    source: Option<IpAddr>,
     certificate: Option<NoUser>,
-) -> Result<Identity, AuthError> {
+) -> Result<(Identity, Presented), AuthError> {
     match (bearer_token(headers), certificate) {
-        (Ok(token), _) => authenticator.authenticate(token).await,
+        (Ok(token), _) => {
+            let accepted = authenticator.authenticate(token, source).await?;
+            let presented = Presented {
+                credential: Credential::Token(token.into()),
+                expires: accepted.expires,
+            };
+            Ok((accepted.identity, presented))
+        }
         (Err(AuthError::MissingCredentials), Some(why)) => {
             Err(AuthError::CertificateWithoutUser(why))
         }
         (Err(err), _) => Err(err),
     }
+}
+
+/// A verified certificate's credential, until its notAfter (rustls checked
+/// it at the handshake; a connection outlives it, its requests do not).
+fn certificate_credential(not_after: Option<SystemTime>) -> Result<Presented, AuthError> {
+    let not_after = not_after.ok_or(AuthError::CertificateUnreadable)?;
+    if not_after <= SystemTime::now() {
+        return Err(AuthError::CertificateExpired(not_after));
+    }
+    Ok(Presented {
+        credential: Credential::Certificate { not_after },
+        expires: instant_of(not_after),
+    })
 }
 
 /// The bearer token of the authorization header.

@@ -2,12 +2,45 @@
 //! how many watches it holds open and how many initial snapshots (a
 //! watch's initial events, or a List) it has in flight at once.
 
-use std::sync::Arc;
+use std::{fmt, net::IpAddr, sync::Arc};
 
 use dashmap::DashMap;
 
 use super::{AuthError, Identity};
-use crate::tls::ConnInfo;
+use crate::{error::quote, tls::ConnInfo};
+
+/// Who a bound is counted for. Structured, so no user name can collide
+/// with another caller's key (a user named `"alice (pod 1)"` is not alice's
+/// pod 1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// An authenticated user, and the pod its bound ServiceAccount token
+    /// was issued for, if any.
+    User {
+        /// The user name.
+        user: String,
+        /// The pod's UID.
+        pod: Option<String>,
+    },
+    /// An unauthenticated caller (`--auth=none`), by its address.
+    Address(IpAddr),
+    /// An unauthenticated caller whose address is unknown.
+    Anonymous,
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Caller::User { user, pod: None } => write!(f, "user {}", quote(user)),
+            Caller::User {
+                user,
+                pod: Some(pod),
+            } => write!(f, "user {} (pod {})", quote(user), quote(pod)),
+            Caller::Address(ip) => write!(f, "caller {ip}"),
+            Caller::Anonymous => write!(f, "an anonymous caller"),
+        }
+    }
+}
 
 /// What is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,14 +73,14 @@ pub struct CallerLimits {
 #[derive(Debug, Default)]
 pub struct Limiter {
     limits: CallerLimits,
-    held: DashMap<(String, Held), usize>,
+    held: DashMap<(Caller, Held), usize>,
 }
 
 /// One unit held until dropped.
 #[derive(Debug)]
 pub struct Permit {
     limiter: Arc<Limiter>,
-    key: (String, Held),
+    key: (Caller, Held),
 }
 
 impl Drop for Permit {
@@ -77,31 +110,34 @@ impl Limiter {
     /// A ServiceAccount token bound to a pod names the pod too: the agents
     /// of a DaemonSet share one ServiceAccount, and each is a caller of its
     /// own (a per-node fanout of thousands must not hit one user's bound).
-    pub fn caller(extensions: &http::Extensions) -> String {
+    pub fn caller(extensions: &http::Extensions) -> Caller {
         if let Some(identity) = extensions.get::<Identity>() {
-            return match identity.extra.get(POD_UID).and_then(|uids| uids.first()) {
-                Some(pod) => format!("{} (pod {pod})", identity.user),
-                None => identity.user.clone(),
+            return Caller::User {
+                user: identity.user.clone(),
+                pod: identity
+                    .extra
+                    .get(POD_UID)
+                    .and_then(|uids| uids.first())
+                    .cloned(),
             };
         }
         extensions
             .get::<ConnInfo>()
             .and_then(|c| c.remote_addr)
-            .map(|a| a.ip().to_string())
-            .unwrap_or_else(|| "anonymous".to_owned())
+            .map_or(Caller::Anonymous, |a| Caller::Address(a.ip()))
     }
 
     /// One more `what` for `caller`, if under its bound.
-    pub fn acquire(self: &Arc<Self>, caller: &str, what: Held) -> Result<Permit, AuthError> {
+    pub fn acquire(self: &Arc<Self>, caller: &Caller, what: Held) -> Result<Permit, AuthError> {
         let max = match what {
             Held::Watch => self.limits.watches,
             Held::Snapshot => self.limits.snapshots,
         };
-        let key = (caller.to_owned(), what);
+        let key = (caller.clone(), what);
         let mut held = self.held.entry(key.clone()).or_default();
         if max != 0 && *held >= max {
             return Err(AuthError::LimitExceeded {
-                user: caller.to_owned(),
+                caller: caller.to_string(),
                 what: what.plural(),
                 open: *held,
             });
@@ -114,8 +150,8 @@ impl Limiter {
     }
 
     /// How many `what` `caller` holds.
-    pub fn held(&self, caller: &str, what: Held) -> usize {
-        self.held.get(&(caller.to_owned(), what)).map_or(0, |n| *n)
+    pub fn held(&self, caller: &Caller, what: Held) -> usize {
+        self.held.get(&(caller.clone(), what)).map_or(0, |n| *n)
     }
 }
 
@@ -123,28 +159,35 @@ impl Limiter {
 mod tests {
     use super::*;
 
+    fn user(name: &str) -> Caller {
+        Caller::User {
+            user: name.into(),
+            pod: None,
+        }
+    }
+
     #[test]
     fn each_caller_is_bounded_on_its_own_and_permits_come_back() {
         let limiter = Limiter::new(CallerLimits {
             watches: 2,
             snapshots: 1,
         });
-        let a1 = limiter.acquire("a", Held::Watch).unwrap();
-        let _a2 = limiter.acquire("a", Held::Watch).unwrap();
-        let err = limiter.acquire("a", Held::Watch).unwrap_err();
+        let a1 = limiter.acquire(&user("a"), Held::Watch).unwrap();
+        let _a2 = limiter.acquire(&user("a"), Held::Watch).unwrap();
+        let err = limiter.acquire(&user("a"), Held::Watch).unwrap_err();
         assert_eq!(
             err.to_string(),
             "user \"a\" already has 2 watches open, the most allowed per caller"
         );
         // Another caller, and another kind, are not affected.
-        let _b = limiter.acquire("b", Held::Watch).unwrap();
-        let s = limiter.acquire("a", Held::Snapshot).unwrap();
-        assert!(limiter.acquire("a", Held::Snapshot).is_err());
+        let _b = limiter.acquire(&user("b"), Held::Watch).unwrap();
+        let s = limiter.acquire(&user("a"), Held::Snapshot).unwrap();
+        assert!(limiter.acquire(&user("a"), Held::Snapshot).is_err());
         drop(a1);
         drop(s);
-        limiter.acquire("a", Held::Watch).unwrap();
-        assert_eq!(limiter.held("a", Held::Snapshot), 0);
-        assert!(limiter.held.get(&("a".into(), Held::Snapshot)).is_none());
+        limiter.acquire(&user("a"), Held::Watch).unwrap();
+        assert_eq!(limiter.held(&user("a"), Held::Snapshot), 0);
+        assert!(limiter.held.get(&(user("a"), Held::Snapshot)).is_none());
     }
 
     #[test]
@@ -163,8 +206,11 @@ mod tests {
         };
         let (a, b) = (caller(&[(POD_UID, "uid-a")]), caller(&[(POD_UID, "uid-b")]));
         assert_ne!(a, b);
-        assert_eq!(a, "system:serviceaccount:agents:node-agent (pod uid-a)");
-        assert_eq!(caller(&[]), "system:serviceaccount:agents:node-agent");
+        assert_eq!(
+            a.to_string(),
+            "user \"system:serviceaccount:agents:node-agent\" (pod \"uid-a\")"
+        );
+        assert_eq!(caller(&[]), user("system:serviceaccount:agents:node-agent"));
         let limiter = Limiter::new(CallerLimits {
             watches: 1,
             snapshots: 0,
@@ -173,12 +219,38 @@ mod tests {
         limiter.acquire(&b, Held::Watch).unwrap();
     }
 
+    /// A user named like another caller's pod is a caller of its own.
+    #[test]
+    fn a_user_named_like_a_pod_of_another_is_not_that_pod() {
+        let caller = |user: &str, extra: &[(&str, &str)]| {
+            let mut extensions = http::Extensions::new();
+            extensions.insert(Identity {
+                user: user.into(),
+                extra: extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+                    .collect(),
+                ..Identity::default()
+            });
+            Limiter::caller(&extensions)
+        };
+        let pod = caller("alice", &[(POD_UID, "1")]);
+        let lookalike = caller("alice (pod 1)", &[]);
+        assert_ne!(pod, lookalike);
+        let limiter = Limiter::new(CallerLimits {
+            watches: 1,
+            snapshots: 0,
+        });
+        let _pod = limiter.acquire(&pod, Held::Watch).unwrap();
+        limiter.acquire(&lookalike, Held::Watch).unwrap();
+    }
+
     #[test]
     fn zero_means_unbounded() {
         let limiter = Limiter::new(CallerLimits::default());
         let permits: Vec<_> = (0..1000)
-            .map(|_| limiter.acquire("a", Held::Watch).unwrap())
+            .map(|_| limiter.acquire(&user("a"), Held::Watch).unwrap())
             .collect();
-        assert_eq!(limiter.held("a", Held::Watch), permits.len());
+        assert_eq!(limiter.held(&user("a"), Held::Watch), permits.len());
     }
 }

@@ -19,7 +19,12 @@
 
 pub mod authn;
 pub mod authz;
+pub mod budget;
 pub mod cache;
+pub mod counters;
+pub mod credential;
+#[cfg(test)]
+mod fakes;
 pub mod http_access;
 pub mod layer;
 pub mod limits;
@@ -32,6 +37,7 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll, ready},
+    time::{Duration, SystemTime},
 };
 
 use futures::{Stream, future::BoxFuture};
@@ -40,6 +46,7 @@ use tonic::Status;
 
 pub use authn::Authenticator;
 pub use authz::Authorizer;
+pub use credential::{Credential, Presented};
 
 /// The most characters of a reviewer's message quoted back to a caller.
 const QUOTE_LIMIT: usize = 100;
@@ -120,13 +127,15 @@ impl fmt::Display for Attributes {
         if !self.group.is_empty() {
             write!(f, ".{}", self.group)?;
         }
+        // Quoted with a bound: the values are validated before they get
+        // here, but a message never echoes a caller's input unbounded.
         if !self.name.is_empty() {
-            write!(f, " {:?}", self.name)?;
+            write!(f, " {}", crate::error::quote(&self.name))?;
         }
         if self.namespace.is_empty() {
             write!(f, " at the cluster scope (all namespaces)")
         } else {
-            write!(f, " in namespace {:?}", self.namespace)
+            write!(f, " in namespace {}", crate::error::quote(&self.namespace))
         }
     }
 }
@@ -162,8 +171,35 @@ pub enum AuthError {
     /// The API server did not accept the token.
     #[error("the bearer token was not accepted: {0}")]
     InvalidToken(String),
+    /// The token a watch was opened with is no longer accepted (its
+    /// ServiceAccount, pod or secret deleted, or it expired).
+    #[error("the bearer token this watch was opened with is no longer accepted: {0}")]
+    TokenRevoked(String),
+    /// The token now names another user than the watch was opened for.
+    #[error("the bearer token this watch was opened with now names another identity")]
+    IdentityChanged,
+    /// A verified client certificate whose notAfter cannot be read.
+    #[error("the client certificate's validity (notAfter) cannot be read")]
+    CertificateUnreadable,
+    /// The client certificate's validity ended.
+    #[error("the client certificate expired at {} (its notAfter)", fmt_time(*.0))]
+    CertificateExpired(SystemTime),
+    /// Too many TokenReviews asked for, from this source or in total: the
+    /// request is refused without one.
+    #[error(
+        "too many token reviews {}: at most {limit}; retry in {retry_after:?}",
+        match .exceeded { budget::Exceeded::Source(s) => format!("for unknown tokens from {s}"), budget::Exceeded::Total => "for unknown tokens in total".to_owned() }
+    )]
+    Throttled {
+        /// The bound that was hit.
+        exceeded: budget::Exceeded,
+        /// The bound, in words.
+        limit: String,
+        /// When a retry may succeed.
+        retry_after: Duration,
+    },
     /// The API server answered no.
-    #[error("user {user:?} may not {attributes}{}", reason_suffix(.reason))]
+    #[error("user {} may not {attributes}{}", crate::error::quote(.user), reason_suffix(.reason))]
     Denied {
         /// Who asked.
         user: String,
@@ -194,15 +230,24 @@ pub enum AuthError {
         message: String,
     },
     /// A per-caller limit was reached.
-    #[error("user {user:?} already has {open} {what} open, the most allowed per caller")]
+    #[error("{caller} already has {open} {what} open, the most allowed per caller")]
     LimitExceeded {
-        /// Who.
-        user: String,
+        /// Who ([`limits::Caller`], displayed with bounded quoting).
+        caller: String,
         /// Watches or initial snapshots.
         what: &'static str,
         /// How many it has open.
         open: usize,
     },
+}
+
+/// A wall-clock time as seconds since the Unix epoch (RFC 3339 would need
+/// a calendar crate for one message).
+pub(crate) fn fmt_time(at: SystemTime) -> String {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => format!("{}s after the Unix epoch", since.as_secs()),
+        Err(_) => "a time before the Unix epoch".to_owned(),
+    }
 }
 
 fn reason_suffix(reason: &str) -> String {
@@ -222,10 +267,16 @@ pub fn quote(text: &str) -> String {
 }
 
 /// How the gRPC service checks requests: open (`--auth=none`) or through
-/// the API server's SubjectAccessReview.
+/// the API server's TokenReview and SubjectAccessReview.
 #[derive(Debug, Clone, Default)]
 pub struct Access {
-    authorizer: Option<Arc<Authorizer>>,
+    checked: Option<Checked>,
+}
+
+#[derive(Debug, Clone)]
+struct Checked {
+    authorizer: Arc<Authorizer>,
+    authenticator: Arc<Authenticator>,
 }
 
 impl Access {
@@ -235,16 +286,20 @@ impl Access {
     }
 
     /// Every request authorized by `authorizer`, for the identity the
-    /// authentication layer put in the request.
-    pub fn checked(authorizer: Arc<Authorizer>) -> Self {
+    /// authentication layer put in the request; open watches' tokens are
+    /// reviewed again by `authenticator` (the layer's).
+    pub fn checked(authorizer: Arc<Authorizer>, authenticator: Arc<Authenticator>) -> Self {
         Access {
-            authorizer: Some(authorizer),
+            checked: Some(Checked {
+                authorizer,
+                authenticator,
+            }),
         }
     }
 
     /// Whether requests are checked.
     pub fn is_checked(&self) -> bool {
-        self.authorizer.is_some()
+        self.checked.is_some()
     }
 
     /// Authorizes a request whose extensions carry the caller's identity.
@@ -254,20 +309,23 @@ impl Access {
         extensions: &http::Extensions,
         attributes: Attributes,
     ) -> Result<Grant, AuthError> {
-        let Some(authorizer) = &self.authorizer else {
+        let Some(checked) = &self.checked else {
             return Ok(Grant::default());
         };
         // Without the layer there is no identity: refuse rather than guess.
         let identity = extensions
             .get::<Identity>()
             .ok_or(AuthError::MissingCredentials)?;
-        let expires = authorizer.authorize(identity, &attributes).await?;
+        let expires = checked.authorizer.authorize(identity, &attributes).await?;
+        let credential = extensions.get::<Presented>().cloned();
         Ok(Grant {
             recheck: Some(Recheck {
-                authorizer: authorizer.clone(),
+                checked: checked.clone(),
                 identity: identity.clone(),
                 attributes,
                 expires,
+                credential,
+                checked_at: Instant::now(),
             }),
         })
     }
@@ -281,36 +339,74 @@ pub struct Grant {
 
 #[derive(Debug)]
 struct Recheck {
-    authorizer: Arc<Authorizer>,
+    checked: Checked,
     identity: Identity,
     attributes: Attributes,
+    /// When the permission is asked again.
     expires: Instant,
+    /// The credential and when it is checked again.
+    credential: Option<Presented>,
+    /// When the last check was made.
+    checked_at: Instant,
 }
 
+/// The least time between two re-checks of an open watch.
+const MIN_RECHECK: Duration = Duration::from_secs(1);
+
 impl Recheck {
-    /// Sleeps until the decision expires and asks again (one review per
-    /// caller and scope per allow-TTL, whatever the event rate), until the
-    /// answer is no or cannot be had.
-    async fn until_refused(self) -> AuthError {
-        let mut expires = self.expires;
+    /// Sleeps until the permission's or the credential's answer expires
+    /// and asks again (one review per caller and scope per allow TTL, one
+    /// per token per token TTL, shared with new requests, whatever the
+    /// event rate), until an answer is no or cannot be had.
+    async fn until_refused(mut self) -> AuthError {
         loop {
-            tokio::time::sleep_until(expires).await;
-            match self
-                .authorizer
-                .authorize(&self.identity, &self.attributes)
-                .await
+            let credential_due = self.credential.as_ref().map(|c| c.expires);
+            let due = credential_due.map_or(self.expires, |c| c.min(self.expires));
+            // An answer that expires at once (a TTL of 0) is asked again
+            // no sooner than this after the last check, not in a tight loop.
+            tokio::time::sleep_until(due.max(self.checked_at + MIN_RECHECK)).await;
+            self.checked_at = Instant::now();
+            if let Some(check) = self
+                .credential
+                .as_mut()
+                .filter(|c| c.expires <= Instant::now())
             {
-                Ok(next) => expires = next,
-                Err(err) => return err,
+                match &check.credential {
+                    Credential::Certificate { not_after } => {
+                        return AuthError::CertificateExpired(*not_after);
+                    }
+                    Credential::Token(token) => {
+                        match self.checked.authenticator.revalidate(token).await {
+                            Ok(again) if again.identity == self.identity => {
+                                check.expires = again.expires;
+                            }
+                            Ok(_) => return AuthError::IdentityChanged,
+                            Err(err) => return err,
+                        }
+                    }
+                }
+            }
+            if self.expires <= Instant::now() {
+                match self
+                    .checked
+                    .authorizer
+                    .authorize(&self.identity, &self.attributes)
+                    .await
+                {
+                    Ok(next) => self.expires = next,
+                    Err(err) => return err,
+                }
             }
         }
     }
 }
 
 impl Grant {
-    /// Ends `events` with the refusal once the caller's permission is
-    /// re-checked and found revoked (or cannot be re-checked), at the
-    /// latest one allow-TTL after the revocation.
+    /// Ends `events` with the refusal once the caller's permission or
+    /// credential is re-checked and found revoked (or cannot be
+    /// re-checked): at the latest one allow TTL after a revocation of the
+    /// permission, one token TTL after the token stops being accepted, at
+    /// a certificate's notAfter.
     pub fn guard<S, T>(self, events: S) -> Guarded<S>
     where
         S: Stream<Item = Result<T, Status>>,
@@ -364,5 +460,133 @@ where
         let next = ready!(this.events.as_mut().poll_next(cx));
         this.done = next.is_none();
         Poll::Ready(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use futures::StreamExt;
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+    use tonic::Code;
+
+    use super::{
+        fakes::{self, TOKEN_TTL, alice, watch_configmaps},
+        *,
+    };
+
+    type Events = tokio::sync::mpsc::UnboundedSender<Result<u32, Status>>;
+
+    /// A watch authorized for `extensions`, and the sender of its events.
+    async fn open(
+        access: &Access,
+        extensions: &http::Extensions,
+    ) -> (Events, Guarded<impl Stream<Item = Result<u32, Status>>>) {
+        let grant = access
+            .authorize(extensions, watch_configmaps())
+            .await
+            .unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (tx, grant.guard(UnboundedReceiverStream::new(rx)))
+    }
+
+    fn presented(credential: Credential, expires: Instant) -> http::Extensions {
+        let mut extensions = http::Extensions::new();
+        extensions.insert(alice());
+        extensions.insert(Presented {
+            credential,
+            expires,
+        });
+        extensions
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_ends_unauthenticated_within_the_token_ttl_once_its_token_is_revoked() {
+        let tokens = Arc::new(fakes::Tokens::default());
+        let (access, authenticator) = fakes::checked(tokens.clone(), Arc::default());
+        // As the layer does it: the token reviewed, then the request.
+        let accepted = authenticator.authenticate("good", None).await.unwrap();
+        let extensions = presented(Credential::Token("good".into()), accepted.expires);
+        let (tx, mut watch) = open(&access, &extensions).await;
+
+        // Still good at the TTL: reviewed once more, the watch goes on.
+        tokio::time::advance(TOKEN_TTL).await;
+        tx.send(Ok(1)).unwrap();
+        assert_eq!(watch.next().await.unwrap().unwrap(), 1);
+        assert_eq!(tokens.calls.load(Ordering::SeqCst), 2);
+
+        tokens.revoked.store(true, Ordering::SeqCst);
+        let revoked_at = Instant::now();
+        let status = watch.next().await.expect("a status").unwrap_err();
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+        assert_eq!(
+            status.message(),
+            "the bearer token this watch was opened with is no longer accepted: invalid bearer token"
+        );
+        assert_eq!(revoked_at.elapsed(), TOKEN_TTL, "at the next review");
+        tx.send(Ok(2)).unwrap();
+        assert!(watch.next().await.is_none());
+        // New requests with the token get the review the watch made.
+        let calls = tokens.calls.load(Ordering::SeqCst);
+        authenticator.authenticate("good", None).await.unwrap_err();
+        assert_eq!(tokens.calls.load(Ordering::SeqCst), calls);
+    }
+
+    /// TTLs of 0 would re-review at every wake-up: re-checks are at least
+    /// MIN_RECHECK apart.
+    #[tokio::test(start_paused = true)]
+    async fn ttls_of_zero_do_not_re_review_in_a_tight_loop() {
+        let (tokens, accesses) = (
+            Arc::new(fakes::Tokens::default()),
+            Arc::new(fakes::Accesses::default()),
+        );
+        let (access, authenticator) = fakes::checked_with(
+            tokens.clone(),
+            accesses.clone(),
+            Duration::ZERO,
+            Duration::ZERO,
+        );
+        let accepted = authenticator.authenticate("good", None).await.unwrap();
+        let extensions = presented(Credential::Token("good".into()), accepted.expires);
+        let (tx, mut watch) = open(&access, &extensions).await;
+        for i in 0..10 {
+            tokio::time::advance(MIN_RECHECK).await;
+            tx.send(Ok(i)).unwrap();
+            assert_eq!(watch.next().await.unwrap().unwrap(), i);
+        }
+        // One review each at the start, then one each per MIN_RECHECK.
+        assert!(tokens.calls.load(Ordering::SeqCst) <= 11, "{tokens:?}");
+        assert!(accesses.calls.load(Ordering::SeqCst) <= 11, "{accesses:?}");
+        assert!(tokens.calls.load(Ordering::SeqCst) >= 10, "{tokens:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_ends_when_its_certificate_expires() {
+        let (access, _) = fakes::checked(Arc::default(), Arc::default());
+        let not_after = SystemTime::now() + Duration::from_secs(95);
+        let extensions = presented(
+            Credential::Certificate { not_after },
+            credential::instant_of(not_after),
+        );
+        let (tx, mut watch) = open(&access, &extensions).await;
+        let opened = Instant::now();
+        tx.send(Ok(1)).unwrap();
+        assert_eq!(watch.next().await.unwrap().unwrap(), 1);
+        // The permission is re-asked every allow TTL meanwhile; the
+        // certificate ends the watch at its notAfter.
+        let status = watch.next().await.expect("a status").unwrap_err();
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+        assert!(
+            status
+                .message()
+                .starts_with("the client certificate expired at "),
+            "{status:?}"
+        );
+        let took = opened.elapsed();
+        assert!(
+            took <= Duration::from_secs(95) && took > Duration::from_secs(94),
+            "{took:?}"
+        );
     }
 }

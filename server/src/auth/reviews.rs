@@ -72,6 +72,19 @@ pub trait NonResourceReviewer: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>>;
 }
 
+/// The API client reviews are made with: one of their own, built from the
+/// same kube config as the reflectors' but with its own connection pool,
+/// so that reviews (whose number callers drive) never hold up the
+/// reflectors' requests, nor theirs the reviews.
+#[derive(Clone)]
+pub struct ReviewClient(pub kube::Client);
+
+impl fmt::Debug for ReviewClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReviewClient(..)")
+    }
+}
+
 /// Reviews made by the API server kube-fanout reflects. Its own identity
 /// needs `create` on `tokenreviews` and `subjectaccessreviews`.
 #[derive(Clone)]

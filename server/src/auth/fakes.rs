@@ -1,0 +1,138 @@
+//! Reviewers for unit tests: the API server's answers on cue, each review
+//! counted.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use futures::future::BoxFuture;
+
+use super::{
+    Attributes, AuthError, Identity,
+    reviews::{AccessReviewer, AccessVerdict, TokenReviewer, TokenVerdict},
+};
+
+/// Accepts tokens starting with `good` (as alice) until revoked; fails
+/// every review while down.
+#[derive(Debug, Default)]
+pub struct Tokens {
+    /// Reviews made.
+    pub calls: AtomicU32,
+    /// The API server cannot be reached.
+    pub down: AtomicBool,
+    /// Good tokens are no longer accepted.
+    pub revoked: AtomicBool,
+}
+
+impl TokenReviewer for Tokens {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        _audiences: &'a [String],
+    ) -> BoxFuture<'a, Result<TokenVerdict, AuthError>> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.down.load(Ordering::SeqCst) {
+                return Err(AuthError::Unavailable {
+                    review: "TokenReview",
+                    message: "connection refused".into(),
+                });
+            }
+            Ok(
+                if token.starts_with("good") && !self.revoked.load(Ordering::SeqCst) {
+                    Ok(alice())
+                } else {
+                    Err("invalid bearer token".into())
+                },
+            )
+        })
+    }
+}
+
+/// The user good tokens name.
+pub fn alice() -> Identity {
+    Identity {
+        user: "alice".into(),
+        ..Identity::default()
+    }
+}
+
+/// Allows every access until revoked.
+#[derive(Debug, Default)]
+pub struct Accesses {
+    /// Reviews made.
+    pub calls: AtomicU32,
+    /// Nothing is allowed any more.
+    pub revoked: AtomicBool,
+}
+
+impl AccessReviewer for Accesses {
+    fn review_access<'a>(
+        &'a self,
+        _identity: &'a Identity,
+        _attributes: &'a Attributes,
+    ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
+        Box::pin(async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(AccessVerdict {
+                allowed: !self.revoked.load(Ordering::SeqCst),
+                reason: String::new(),
+            })
+        })
+    }
+}
+
+/// The TTLs of [`checked`]: tokens and permissions both asked again after
+/// these.
+pub const TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+/// See [`TOKEN_TTL`].
+pub const ALLOW_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Access checked by `accesses`, tokens by `tokens`, with [`TOKEN_TTL`]
+/// and [`ALLOW_TTL`]; the authenticator too, for the layer's part.
+pub fn checked(
+    tokens: std::sync::Arc<Tokens>,
+    accesses: std::sync::Arc<Accesses>,
+) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+    checked_with(tokens, accesses, TOKEN_TTL, ALLOW_TTL)
+}
+
+/// [`checked`] with other TTLs.
+pub fn checked_with(
+    tokens: std::sync::Arc<Tokens>,
+    accesses: std::sync::Arc<Accesses>,
+    token_ttl: std::time::Duration,
+    allow_ttl: std::time::Duration,
+) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+    use std::{sync::Arc, time::Duration};
+    let authenticator = Arc::new(super::Authenticator::new(
+        tokens,
+        Vec::new(),
+        super::authn::TokenCacheTtl {
+            success: token_ttl,
+            failure: Duration::from_secs(5),
+        },
+        super::budget::ReviewBudget::new(super::budget::ReviewLimits::default()),
+    ));
+    let authorizer = Arc::new(super::Authorizer::new(
+        accesses,
+        super::authz::DecisionCacheTtl {
+            allowed: allow_ttl,
+            denied: Duration::from_secs(5),
+        },
+    ));
+    (
+        super::Access::checked(authorizer, authenticator.clone()),
+        authenticator,
+    )
+}
+
+/// A watch of configmaps in namespace `a`.
+pub fn watch_configmaps() -> Attributes {
+    Attributes {
+        verb: super::Verb::Watch,
+        group: String::new(),
+        version: "v1".into(),
+        resource: "configmaps".into(),
+        namespace: "a".into(),
+        name: String::new(),
+    }
+}

@@ -1,0 +1,767 @@
+//! Hostile callers of authentication, on the real API server: a flood of
+//! garbage bearer tokens, from one address and from several, costs the API
+//! server only the stated TokenReview rate (counted from its own
+//! `apiserver_request_total`) while the reflectors follow and a subscriber
+//! keeps receiving; and a credential that stops being valid (RBAC revoked,
+//! ServiceAccount deleted, bound pod deleted, token expired) ends the
+//! watches opened with it within the stated bound. The revocation timings
+//! in the README are what these tests print.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    num::NonZeroU32,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use base64::Engine;
+use k8s_openapi::api::{
+    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+    core::v1::{Container, Pod, PodSpec, ServiceAccount},
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube_fanout::{
+    auth::{
+        authn::TokenCacheTtl,
+        authz::DecisionCacheTtl,
+        budget::{Bound, ReviewLimits},
+        reviews::ReviewClient,
+    },
+    server::{AuthOptions, Security},
+};
+use kube_fanout_client::{
+    ClientConfig,
+    proto::{ListRequest, WatchEvent, kube_fanout_client::KubeFanoutClient},
+};
+use kube_fanout_tests::{
+    controlplane::{ControlPlane, client_for, user_token},
+    fanout::Fanout,
+    support::{create_configmap, create_namespace, decode, http_get, read_snapshot, watch_list},
+};
+use tokio::time::Instant;
+use tonic::{Code, Streaming, transport::Channel};
+use tonic_types::StatusExt;
+
+fn n(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+/// The bounds the flood test runs with: small, so that a few seconds of
+/// flooding are far over them.
+fn limits() -> ReviewLimits {
+    ReviewLimits {
+        per_source: Bound {
+            rate: n(5),
+            burst: n(5),
+            concurrency: n(2),
+        },
+        total: Bound {
+            rate: n(20),
+            burst: n(20),
+            concurrency: n(8),
+        },
+    }
+}
+
+/// kube-fanout serving configmaps with authentication on, its reviews on a
+/// client of their own (as the binary does), after `adjust`.
+async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut AuthOptions)) -> Result<Fanout> {
+    let mut auth = AuthOptions {
+        review_client: Some(ReviewClient(client_for(&cp.kubeconfig).await?)),
+        // Scraped by the test on loopback without a token.
+        metrics: false,
+        ..AuthOptions::default()
+    };
+    adjust(&mut auth);
+    let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
+        o.security = Security {
+            auth: Some(auth),
+            ..Security::default()
+        };
+    })
+    .await?;
+    fanout.wait_synced().await?;
+    Ok(fanout)
+}
+
+/// The TokenReviews the API server has answered, from its own metrics.
+async fn tokenreviews(cp: &ControlPlane) -> Result<u64> {
+    let metrics = cp
+        .client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    let mut total = 0.0;
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("apiserver_request_total{") && l.contains("resource=\"tokenreviews\"")
+    }) {
+        let value = line.rsplit(' ').next().context("a sample value")?;
+        total += value.parse::<f64>()?;
+    }
+    Ok(total as u64)
+}
+
+fn rule(verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// A Role reading configmaps in `namespace`, bound to `subject`.
+async fn grant(admin: &kube::Client, namespace: &str, name: &str, subject: Subject) -> Result<()> {
+    let mut role = Role::default();
+    role.metadata.name = Some(name.into());
+    role.rules = Some(vec![rule(&["get", "list", "watch"])]);
+    Api::<Role>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &role)
+        .await?;
+    let mut binding = RoleBinding::default();
+    binding.metadata.name = Some(name.into());
+    binding.role_ref = RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "Role".into(),
+        name: name.into(),
+    };
+    binding.subjects = Some(vec![subject]);
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
+fn user(name: &str) -> Subject {
+    Subject {
+        kind: "User".into(),
+        name: name.into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        ..Subject::default()
+    }
+}
+
+fn service_account(namespace: &str, name: &str) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: name.into(),
+        namespace: Some(namespace.into()),
+        ..Subject::default()
+    }
+}
+
+/// Waits until the API server itself lets `token` list configmaps in
+/// `namespace` (RBAC learns bindings through an informer).
+async fn until_api_server_allows(cp: &ControlPlane, token: &str, namespace: &str) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cp.client_with_token(token)?, namespace);
+    for _ in 0..100 {
+        if api.list(&ListParams::default()).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the API server never allowed the grant in {namespace:?}")
+}
+
+fn list_a() -> ListRequest {
+    ListRequest {
+        resource: Some(kube_fanout_client::resource("v1/configmaps").expect("valid")),
+        namespace: "a".into(),
+        ..ListRequest::default()
+    }
+}
+
+/// A raw gRPC client whose connection comes from `source`.
+async fn client_from(addr: SocketAddr, source: IpAddr) -> Result<KubeFanoutClient<Channel>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .local_address(Some(source))
+        .connect()
+        .await?;
+    Ok(KubeFanoutClient::new(channel))
+}
+
+fn with_token<T>(message: T, token: &str) -> Result<tonic::Request<T>> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse()?);
+    Ok(request)
+}
+
+/// How a flood's requests were answered.
+#[derive(Debug, Default)]
+struct Outcomes {
+    /// Reviewed and refused (UNAUTHENTICATED).
+    reviewed: u64,
+    /// Refused by the source's own bound (RESOURCE_EXHAUSTED + RetryInfo).
+    own_bound: u64,
+    /// Refused by the total bound (UNAVAILABLE + RetryInfo).
+    total_bound: u64,
+    /// Anything else: the test fails on it.
+    unexpected: Vec<String>,
+}
+
+impl Outcomes {
+    fn add(&mut self, other: Outcomes) {
+        self.reviewed += other.reviewed;
+        self.own_bound += other.own_bound;
+        self.total_bound += other.total_bound;
+        self.unexpected.extend(other.unexpected);
+    }
+
+    fn requests(&self) -> u64 {
+        self.reviewed + self.own_bound + self.total_bound + self.unexpected.len() as u64
+    }
+}
+
+/// `workers` callers on one connection from `source`, each sending Lists
+/// with a new garbage token as fast as answers come, for `run_for`.
+async fn flood(
+    addr: SocketAddr,
+    source: IpAddr,
+    workers: usize,
+    run_for: Duration,
+) -> Result<Outcomes> {
+    let client = client_from(addr, source).await?;
+    let deadline = Instant::now() + run_for;
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..workers {
+        let mut client = client.clone();
+        tasks.spawn(async move {
+            let mut outcomes = Outcomes::default();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let token = format!("garbage-{source}-{worker}-{i}");
+                let status = match client.list(with_token(list_a(), &token)?).await {
+                    Ok(_) => {
+                        outcomes
+                            .unexpected
+                            .push("a garbage token was let through".into());
+                        continue;
+                    }
+                    Err(status) => status,
+                };
+                let hinted = status
+                    .get_details_retry_info()
+                    .and_then(|r| r.retry_delay)
+                    .is_some();
+                match status.code() {
+                    Code::Unauthenticated => outcomes.reviewed += 1,
+                    Code::ResourceExhausted if hinted => outcomes.own_bound += 1,
+                    Code::Unavailable if hinted => outcomes.total_bound += 1,
+                    _ => outcomes.unexpected.push(format!("{status:?}")),
+                }
+            }
+            anyhow::Ok(outcomes)
+        });
+    }
+    let mut all = Outcomes::default();
+    while let Some(done) = tasks.join_next().await {
+        all.add(done??);
+    }
+    Ok(all)
+}
+
+/// Creates `count` configmaps named `{prefix}-{i}`, one every `every`,
+/// returning when each create was answered.
+async fn write(
+    admin: &kube::Client,
+    prefix: &str,
+    count: usize,
+    every: Duration,
+) -> Result<BTreeMap<String, Instant>> {
+    let mut written = BTreeMap::new();
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        create_configmap(admin, "a", &name, "v").await?;
+        written.insert(name, Instant::now());
+        tokio::time::sleep(every).await;
+    }
+    Ok(written)
+}
+
+/// Reads `watch` until it has seen every name in `expected`, recording
+/// when each arrived; gives the watch back with them.
+async fn arrivals(
+    mut watch: Streaming<WatchEvent>,
+    expected: Vec<String>,
+) -> Result<(Streaming<WatchEvent>, BTreeMap<String, Instant>)> {
+    let mut seen = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < expected.len() {
+        let event = tokio::time::timeout_at(deadline, watch.message())
+            .await
+            .context("events stopped coming")??
+            .context("the watch ended")?;
+        let Ok(cm) = decode(&event) else { continue };
+        let name = cm.metadata.name.unwrap_or_default();
+        if expected.contains(&name) {
+            seen.entry(name).or_insert_with(Instant::now);
+        }
+    }
+    Ok((watch, seen))
+}
+
+/// Floods from `sources` (each with `workers` callers) for `run_for` while
+/// configmaps are written; checks the TokenReviews the API server answered
+/// against `bound` (its burst plus rate × the time it took) and that
+/// `watch` received every write.
+async fn flood_phase(
+    cp: &ControlPlane,
+    fanout: &Fanout,
+    watch: Streaming<WatchEvent>,
+    name: &str,
+    sources: &[IpAddr],
+    bound: Bound,
+) -> Result<(Streaming<WatchEvent>, Outcomes)> {
+    const RUN_FOR: Duration = Duration::from_secs(4);
+    const WRITES: usize = 16;
+    let names = (0..WRITES).map(|i| format!("{name}-{i}")).collect();
+    let reader = tokio::spawn(arrivals(watch, names));
+    let before = tokenreviews(cp).await?;
+    let started = Instant::now();
+    let floods: Vec<_> = sources
+        .iter()
+        .map(|s| tokio::spawn(flood(fanout.addr, *s, 8, RUN_FOR)))
+        .collect();
+    let written = write(&cp.client, name, WRITES, RUN_FOR / WRITES as u32).await?;
+    let mut outcomes = Outcomes::default();
+    for f in floods {
+        outcomes.add(f.await??);
+    }
+    let took = started.elapsed();
+    let reviews = tokenreviews(cp).await? - before;
+    let (watch, arrived) = reader.await??;
+    let delays: Vec<Duration> = written
+        .iter()
+        .map(|(name, at)| arrived[name].saturating_duration_since(*at))
+        .collect();
+    let max = delays.iter().max().copied().unwrap_or_default();
+    let allowed = u64::from(bound.burst.get())
+        + (f64::from(bound.rate.get()) * took.as_secs_f64()).ceil() as u64;
+    println!(
+        "{name}: {} requests from {} source(s) in {took:.2?}: {} reviewed, {} over their source's bound, {} over the total; \
+         the API server answered {reviews} TokenReviews (bound {allowed}); {} events received, slowest {max:?} after its write",
+        outcomes.requests(),
+        sources.len(),
+        outcomes.reviewed,
+        outcomes.own_bound,
+        outcomes.total_bound,
+        delays.len(),
+    );
+    ensure!(outcomes.unexpected.is_empty(), "{:?}", outcomes.unexpected);
+    ensure!(
+        reviews <= allowed,
+        "{reviews} TokenReviews in {took:?}, more than the bound {allowed}"
+    );
+    if !sources.is_empty() {
+        // Not vacuous: the flood did reach the API server, and far beyond.
+        ensure!(
+            reviews >= u64::from(bound.burst.get()),
+            "only {reviews} TokenReviews"
+        );
+        ensure!(outcomes.requests() > 10 * allowed, "{outcomes:?}");
+    }
+    ensure!(max < Duration::from_secs(2), "an event took {max:?}");
+    Ok((watch, outcomes))
+}
+
+#[tokio::test]
+async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let admin = cp.client.clone();
+    create_namespace(&admin, "a").await?;
+    grant(&admin, "a", "erin-reads", user("erin")).await?;
+    grant(&admin, "a", "bob-reads", user("bob")).await?;
+    until_api_server_allows(&cp, &user_token("erin"), "a").await?;
+    until_api_server_allows(&cp, &user_token("bob"), "a").await?;
+    let fanout = secure_fanout(&cp, |auth| auth.review_limits = limits()).await?;
+
+    // A subscriber authenticated before the flood, from the flooding
+    // address itself: its token's answer is cached, so the flood's
+    // throttling never touches it.
+    let mut erin = ClientConfig::new([format!("http://{}", fanout.addr)])
+        .bearer_token(user_token("erin"))
+        .connect()
+        .await?;
+    let mut watch = erin.watch(watch_list("a")).await?;
+    read_snapshot(&mut watch).await?;
+    // Without a flood, for comparison.
+    let (watch, _) = flood_phase(&cp, &fanout, watch, "no-flood", &[], limits().total).await?;
+
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let (watch, one) = flood_phase(
+        &cp,
+        &fanout,
+        watch,
+        "one-source",
+        &[loopback],
+        limits().per_source,
+    )
+    .await?;
+    ensure!(one.own_bound > 0 && one.total_bound == 0, "{one:?}");
+
+    // A new caller from another address is not held up by that flood.
+    let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let flooding = tokio::spawn(flood(fanout.addr, loopback, 8, Duration::from_secs(3)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut bob = client_from(fanout.addr, other).await?;
+    bob.list(with_token(list_a(), &user_token("bob"))?)
+        .await
+        .context("a new caller from another address during a flood")?;
+    flooding.await??;
+
+    let sources: Vec<IpAddr> = (3..=10)
+        .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
+        .collect();
+    let (_, many) = flood_phase(
+        &cp,
+        &fanout,
+        watch,
+        "many-sources",
+        &sources,
+        limits().total,
+    )
+    .await?;
+    ensure!(many.total_bound > 0, "{many:?}");
+
+    // kube-fanout's own metrics count what the callers saw (the flood
+    // between the phases included, so at least).
+    let metrics = http_get(fanout.metrics_addr.context("metrics")?, "/metrics").await?;
+    let counter = |line: &str| -> Result<u64> {
+        let sample = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .with_context(|| format!("{line} missing from\n{metrics}"))?;
+        Ok(sample.trim().parse()?)
+    };
+    let by_source = counter("kube_fanout_token_reviews_throttled_total{bound=\"source\"}")?;
+    let in_total = counter("kube_fanout_token_reviews_throttled_total{bound=\"total\"}")?;
+    let rejected = counter("kube_fanout_token_reviews_total{outcome=\"rejected\"}")?;
+    ensure!(by_source >= one.own_bound + many.own_bound, "{by_source}");
+    ensure!(in_total >= many.total_bound, "{in_total}");
+    ensure!(rejected >= one.reviewed + many.reviewed, "{rejected}");
+    fanout.stop().await
+}
+
+/// Reads `watch` until it fails; the status and how long after `since`.
+async fn until_ended(
+    watch: &mut Streaming<WatchEvent>,
+    since: Instant,
+    bound: Duration,
+) -> Result<(tonic::Status, Duration)> {
+    let deadline = since + bound + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, watch.message()).await {
+            Err(_) => bail!("the watch outlived its credential by {:?}", since.elapsed()),
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None)) => bail!("the watch ended without a status"),
+            Ok(Err(status)) => return Ok((status, since.elapsed())),
+        }
+    }
+}
+
+/// How long after `since` kube-fanout first refuses a new List with
+/// `token`, and with what (polled every 100 ms).
+async fn fanout_refuses(fanout: &Fanout, token: &str, since: Instant) -> Result<(Duration, Code)> {
+    let mut client = client_from(fanout.addr, IpAddr::V4(Ipv4Addr::LOCALHOST)).await?;
+    while since.elapsed() < Duration::from_secs(60) {
+        match client.list(with_token(list_a(), token)?).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(status) => return Ok((since.elapsed(), status.code())),
+        }
+    }
+    bail!(
+        "kube-fanout still accepted new requests {:?} after",
+        since.elapsed()
+    )
+}
+
+/// How long after `since` the API server itself first refuses to list
+/// configmaps in "a" for `token` (polled every 100 ms).
+async fn api_server_refuses(cp: &ControlPlane, token: &str, since: Instant) -> Result<Duration> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cp.client_with_token(token)?, "a");
+    while since.elapsed() < Duration::from_secs(60) {
+        if api.list(&ListParams::default()).await.is_err() {
+            return Ok(since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!(
+        "the API server still accepted the token {:?} after",
+        since.elapsed()
+    )
+}
+
+/// Opens a watch with `token` and reads its snapshot.
+async fn watch_with(fanout: &Fanout, token: &str) -> Result<Streaming<WatchEvent>> {
+    let mut client = ClientConfig::new([format!("http://{}", fanout.addr)])
+        .bearer_token(token)
+        .connect()
+        .await?;
+    let mut watch = client.watch(watch_list("a")).await?;
+    read_snapshot(&mut watch).await?;
+    Ok(watch)
+}
+
+/// One revocation: the watch's end, new requests' refusal by kube-fanout
+/// and by the API server itself, measured at once from the moment `revoke`
+/// returned. kube-fanout may lag the API server by `ttl` (the TTL of the
+/// answer the revocation changes) and a review, and never more than
+/// `bound` in all.
+async fn measure(
+    cp: &ControlPlane,
+    fanout: &Fanout,
+    what: &str,
+    token: &str,
+    (ttl, bound): (Duration, Duration),
+    code: Code,
+    revoke: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    let mut watch = watch_with(fanout, token).await?;
+    revoke.await?;
+    let since = Instant::now();
+    let ((status, ended), (refused, refused_code), api_refused) = tokio::try_join!(
+        until_ended(&mut watch, since, bound),
+        fanout_refuses(fanout, token, since),
+        api_server_refuses(cp, token, since),
+    )?;
+    println!(
+        "{what}: the watch ended after {ended:.2?} ({:?}: {}); new requests refused after {refused:.2?} ({refused_code:?}); \
+         the API server refused after {api_refused:.2?}",
+        status.code(),
+        status.message()
+    );
+    ensure!(status.code() == code, "{status:?}");
+    let lag = ended.saturating_sub(api_refused);
+    ensure!(
+        lag <= ttl + Duration::from_secs(1),
+        "{what}: the watch ended {lag:?} after the API server refused, over the TTL {ttl:?}"
+    );
+    ensure!(
+        ended <= bound,
+        "{what}: the watch ended {ended:?} after, over {bound:?}"
+    );
+    ensure!(
+        refused <= bound,
+        "{what}: new requests accepted for {refused:?}, over {bound:?}"
+    );
+    ensure!(
+        refused_code == code,
+        "{what}: new requests refused with {refused_code:?}"
+    );
+    Ok(())
+}
+
+/// TTLs for the revocation test: short, so it runs in seconds.
+const TOKEN_TTL: Duration = Duration::from_secs(3);
+const ALLOW_TTL: Duration = Duration::from_secs(3);
+/// What the watch may outlive its credential by: the TTL, the API server's
+/// own propagation (RBAC and ServiceAccount informers) and one review.
+const SLACK: Duration = Duration::from_secs(2);
+
+/// kube-apiserver caches the tokens it accepted for 10 s itself (its token
+/// authenticator's cache, not a flag): it goes on accepting a deleted
+/// ServiceAccount's or pod's token that long, and TokenReview answers so.
+const API_SERVER_TOKEN_CACHE: Duration = Duration::from_secs(10);
+
+/// A ServiceAccount in "a" allowed to read configmaps there.
+async fn service_account_reader(cp: &ControlPlane, name: &str) -> Result<ServiceAccount> {
+    let api: Api<ServiceAccount> = Api::namespaced(cp.client.clone(), "a");
+    let mut sa = ServiceAccount::default();
+    sa.metadata.name = Some(name.into());
+    let sa = api.create(&PostParams::default(), &sa).await?;
+    grant(
+        &cp.client,
+        "a",
+        &format!("{name}-reads"),
+        service_account("a", name),
+    )
+    .await?;
+    Ok(sa)
+}
+
+#[tokio::test]
+async fn watches_end_when_their_credential_does() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let admin = cp.client.clone();
+    create_namespace(&admin, "a").await?;
+    let fanout = secure_fanout(&cp, |auth| {
+        auth.token_ttl = TokenCacheTtl {
+            success: TOKEN_TTL,
+            failure: Duration::from_secs(1),
+        };
+        auth.decision_ttl = DecisionCacheTtl {
+            allowed: ALLOW_TTL,
+            denied: Duration::from_secs(1),
+        };
+    })
+    .await?;
+
+    // RBAC revoked.
+    grant(&admin, "a", "alice-reads", user("alice")).await?;
+    let alice = user_token("alice");
+    until_api_server_allows(&cp, &alice, "a").await?;
+    measure(
+        &cp,
+        &fanout,
+        "RBAC revoked",
+        &alice,
+        (ALLOW_TTL, ALLOW_TTL + SLACK),
+        Code::PermissionDenied,
+        async {
+            Api::<RoleBinding>::namespaced(admin.clone(), "a")
+                .delete("alice-reads", &DeleteParams::default())
+                .await?;
+            Ok(())
+        },
+    )
+    .await?;
+
+    // The token's ServiceAccount deleted.
+    service_account_reader(&cp, "doomed").await?;
+    let token = cp.service_account_token("a", "doomed", &[]).await?;
+    until_api_server_allows(&cp, &token, "a").await?;
+    measure(
+        &cp,
+        &fanout,
+        "ServiceAccount deleted",
+        &token,
+        (TOKEN_TTL, TOKEN_TTL + API_SERVER_TOKEN_CACHE + SLACK),
+        Code::Unauthenticated,
+        async {
+            Api::<ServiceAccount>::namespaced(admin.clone(), "a")
+                .delete("doomed", &DeleteParams::default())
+                .await?;
+            Ok(())
+        },
+    )
+    .await?;
+
+    // The pod a bound token was issued for deleted.
+    service_account_reader(&cp, "holder").await?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "a");
+    let mut pod = Pod::default();
+    pod.metadata.name = Some("holder".into());
+    pod.spec = Some(PodSpec {
+        service_account_name: Some("holder".into()),
+        containers: vec![Container {
+            name: "c".into(),
+            image: Some("unused".into()),
+            ..Container::default()
+        }],
+        ..PodSpec::default()
+    });
+    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![]),
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "a")
+        .create_token_request("holder", &PostParams::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .context("TokenRequest without a token")?;
+    until_api_server_allows(&cp, &token, "a").await?;
+    measure(
+        &cp,
+        &fanout,
+        "bound pod deleted",
+        &token,
+        (TOKEN_TTL, TOKEN_TTL + API_SERVER_TOKEN_CACHE + SLACK),
+        Code::Unauthenticated,
+        async {
+            pods.delete("holder", &DeleteParams::default().grace_period(0))
+                .await?;
+            Ok(())
+        },
+    )
+    .await?;
+    fanout.stop().await?;
+
+    // A token that expires: the API server's TokenRequest will not issue
+    // one for less than ten minutes, so a TokenRequest token's claims are
+    // re-signed (with the control plane's service-account key) to expire
+    // in 12 s. kube-fanout here keeps accepted answers for two minutes:
+    // the token's own exp, not the TTL, ends the watch.
+    const EXPIRES_IN: Duration = Duration::from_secs(12);
+    let fanout = secure_fanout(&cp, |auth| {
+        auth.token_ttl = TokenCacheTtl {
+            success: Duration::from_secs(120),
+            failure: Duration::from_secs(1),
+        };
+    })
+    .await?;
+    service_account_reader(&cp, "short").await?;
+    let real = cp.service_account_token("a", "short", &[]).await?;
+    let (token, exp) = expiring(&cp, &real, EXPIRES_IN)?;
+    until_api_server_allows(&cp, &token, "a").await?;
+    let mut watch = watch_with(&fanout, &token).await?;
+    let (status, _) = until_ended(&mut watch, Instant::now(), EXPIRES_IN + SLACK).await?;
+    let ended = std::time::SystemTime::now();
+    let late = ended.duration_since(exp).unwrap_or_default();
+    let early = exp.duration_since(ended).unwrap_or_default();
+    println!(
+        "token expired: the watch ended {late:.2?} after the token's exp, {early:.2?} before it ({:?}: {})",
+        status.code(),
+        status.message()
+    );
+    ensure!(status.code() == Code::Unauthenticated, "{status:?}");
+    ensure!(
+        early <= Duration::from_secs(1),
+        "ended {early:?} before the exp"
+    );
+    ensure!(late <= SLACK, "ended {late:?} after the exp");
+    fanout.stop().await
+}
+
+/// `token` (a TokenRequest JWT) with its `exp` moved to `ttl` from now and
+/// signed again with the control plane's service-account key (ES256), and
+/// that exp.
+fn expiring(
+    cp: &ControlPlane,
+    token: &str,
+    ttl: Duration,
+) -> Result<(String, std::time::SystemTime)> {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut parts = token.split('.');
+    let (header, payload) = (
+        parts.next().context("a JWT")?,
+        parts.next().context("a JWT")?,
+    );
+    let mut claims: serde_json::Value = serde_json::from_slice(&b64.decode(payload)?)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    claims["iat"] = now.as_secs().into();
+    claims["nbf"] = now.as_secs().into();
+    claims["exp"] = (now + ttl).as_secs().into();
+    let signed = format!("{header}.{}", b64.encode(serde_json::to_vec(&claims)?));
+    let pem = std::fs::read_to_string(cp.dir().join("sa.key"))?;
+    let der: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD.decode(der)?;
+    let rng = ring::rand::SystemRandom::new();
+    let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &der,
+        &rng,
+    )
+    .map_err(|e| anyhow::anyhow!("sa.key: {e}"))?;
+    let signature = key
+        .sign(&rng, signed.as_bytes())
+        .map_err(|e| anyhow::anyhow!("signing: {e}"))?;
+    let exp = std::time::UNIX_EPOCH + Duration::from_secs((now + ttl).as_secs());
+    Ok((format!("{signed}.{}", b64.encode(signature.as_ref())), exp))
+}
