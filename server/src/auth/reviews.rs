@@ -7,7 +7,7 @@ use std::{fmt, time::Duration};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::{
-    authentication::v1::{TokenReview, TokenReviewSpec},
+    authentication::v1::{TokenReview, TokenReviewSpec, UserInfo},
     authorization::v1::{
         NonResourceAttributes as KubeNonResourceAttributes, ResourceAttributes,
         SubjectAccessReview, SubjectAccessReviewSpec,
@@ -15,7 +15,7 @@ use k8s_openapi::api::{
 };
 use kube::api::{Api, PostParams};
 
-use super::{AUTHENTICATED_GROUP, Attributes, AuthError, Identity, quote};
+use super::{Attributes, AuthError, Identity, quote, with_authenticated_group};
 
 /// The API server's answer about a token: who holds it, or why it is not
 /// accepted.
@@ -162,18 +162,23 @@ impl TokenReviewer for KubeReviews {
                     quote(&audiences.join(", "))
                 )));
             }
-            let user = status.user.unwrap_or_default();
-            let mut groups = user.groups.unwrap_or_default();
-            if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
-                groups.push(AUTHENTICATED_GROUP.to_owned());
-            }
-            Ok(Ok(Identity {
-                user: user.username.unwrap_or_default(),
-                uid: user.uid.unwrap_or_default(),
-                groups,
-                extra: user.extra.unwrap_or_default(),
-            }))
+            Ok(Ok(reviewed_identity(status.user.unwrap_or_default())))
         })
+    }
+}
+
+/// The identity a TokenReview reports. Its groups are the API server's
+/// own, already through its authenticated-group adder; the same rule is
+/// applied again (a no-op on the API server's answer) rather than adding
+/// `system:authenticated` unconditionally, which would grant a token whose
+/// groups say `system:unauthenticated` what authenticated users may do.
+fn reviewed_identity(user: UserInfo) -> Identity {
+    let name = user.username.unwrap_or_default();
+    Identity {
+        groups: with_authenticated_group(&name, user.groups.unwrap_or_default()),
+        user: name,
+        uid: user.uid.unwrap_or_default(),
+        extra: user.extra.unwrap_or_default(),
     }
 }
 
@@ -248,5 +253,34 @@ impl NonResourceReviewer for KubeReviews {
                 ..spec
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::AUTHENTICATED_GROUP;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            username: Some(name.to_owned()),
+            groups: Some(groups.iter().map(|g| (*g).to_owned()).collect()),
+            ..UserInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_reviewed_token_keeps_the_api_servers_groups() {
+        let sa = reviewed_identity(user(
+            "system:serviceaccount:a:x",
+            &["system:serviceaccounts", AUTHENTICATED_GROUP],
+        ));
+        assert_eq!(sa.groups, ["system:serviceaccounts", AUTHENTICATED_GROUP]);
+        // A token the API server calls unauthenticated (a token file or a
+        // webhook may say so) must not gain the authenticated users' rights.
+        let unauthenticated = reviewed_identity(user("guest", &["system:unauthenticated"]));
+        assert_eq!(unauthenticated.groups, ["system:unauthenticated"]);
+        let bare = reviewed_identity(user("carol", &[]));
+        assert_eq!(bare.groups, [AUTHENTICATED_GROUP]);
     }
 }
