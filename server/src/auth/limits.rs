@@ -190,20 +190,24 @@ mod tests {
         assert!(limiter.held.get(&(user("a"), Held::Snapshot)).is_none());
     }
 
+    /// The caller of a request by `user` with these extra attributes.
+    fn caller_of(user: &str, extra: &[(&str, &str)]) -> Caller {
+        let mut extensions = http::Extensions::new();
+        extensions.insert(Identity {
+            user: user.into(),
+            extra: extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+                .collect(),
+            ..Identity::default()
+        });
+        Limiter::caller(&extensions)
+    }
+
     #[test]
     fn each_pod_of_a_service_account_is_a_caller_of_its_own() {
-        let caller = |extra: &[(&str, &str)]| {
-            let mut extensions = http::Extensions::new();
-            extensions.insert(Identity {
-                user: "system:serviceaccount:agents:node-agent".into(),
-                extra: extra
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
-                    .collect(),
-                ..Identity::default()
-            });
-            Limiter::caller(&extensions)
-        };
+        let caller =
+            |extra: &[(&str, &str)]| caller_of("system:serviceaccount:agents:node-agent", extra);
         let (a, b) = (caller(&[(POD_UID, "uid-a")]), caller(&[(POD_UID, "uid-b")]));
         assert_ne!(a, b);
         assert_eq!(
@@ -222,20 +226,8 @@ mod tests {
     /// A user named like another caller's pod is a caller of its own.
     #[test]
     fn a_user_named_like_a_pod_of_another_is_not_that_pod() {
-        let caller = |user: &str, extra: &[(&str, &str)]| {
-            let mut extensions = http::Extensions::new();
-            extensions.insert(Identity {
-                user: user.into(),
-                extra: extra
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
-                    .collect(),
-                ..Identity::default()
-            });
-            Limiter::caller(&extensions)
-        };
-        let pod = caller("alice", &[(POD_UID, "1")]);
-        let lookalike = caller("alice (pod 1)", &[]);
+        let pod = caller_of("alice", &[(POD_UID, "1")]);
+        let lookalike = caller_of("alice (pod 1)", &[]);
         assert_ne!(pod, lookalike);
         let limiter = Limiter::new(CallerLimits {
             watches: 1,
