@@ -1111,7 +1111,11 @@ mod tests {
                 rv
             })
         };
-        // The first RV after the writer's: a subscriber is done there.
+        // The writer's last RV; each namespace's end object comes after it
+        // (a at last + 1, b at last + 2), and a subscriber is done once it
+        // has followed up to its own namespace's end. A subscriber whose
+        // snapshot is taken after a's end but before b's must still wait
+        // for b's (its snapshot's bookmark alone is not the end).
         let end = Arc::new(AtomicU64::new(u64::MAX));
         let mut subscribers = Vec::new();
         let mut i = 0;
@@ -1130,12 +1134,13 @@ mod tests {
                 },
             ));
             let end = end.clone();
+            let own_end = move |last: u64| last.saturating_add(if ns == "a" { 1 } else { 2 });
             subscribers.push(tokio::spawn(async move {
                 let (mut got, mut live) = (Vec::new(), false);
                 while let Some(delivery) = stream.next().await {
                     let d = delivery.unwrap();
                     live |= d.kind == EventKind::Bookmark;
-                    let done = live && d.resource_version.0 >= end.load(Ordering::Acquire);
+                    let done = live && d.resource_version.0 >= own_end(end.load(Ordering::Acquire));
                     got.push((d.kind, d.resource_version.0));
                     if done {
                         break;
@@ -1147,7 +1152,7 @@ mod tests {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         let last = writer.join().unwrap();
-        end.store(last + 1, Ordering::Release);
+        end.store(last, Ordering::Release);
         // The end, in every namespace.
         store.apply(EventKind::Added, cm("a", "end", last + 1));
         store.apply(EventKind::Added, cm("b", "end", last + 2));
