@@ -8,7 +8,7 @@ use k8s_openapi::api::{
     core::v1::ConfigMap,
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject},
 };
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
 use crate::{controlplane::ControlPlane, eventually::eventually};
 
@@ -64,41 +64,48 @@ pub async fn grant(
     rules: Vec<PolicyRule>,
     subjects: Vec<Subject>,
 ) -> Result<()> {
-    let pp = PostParams::default();
+    let metadata = ObjectMeta {
+        name: Some(name.into()),
+        ..ObjectMeta::default()
+    };
     let role_ref = |kind: &str| RoleRef {
         api_group: Some(RBAC_GROUP.into()),
         kind: kind.into(),
         name: name.into(),
     };
     if namespace.is_empty() {
-        let mut role = ClusterRole::default();
-        role.metadata.name = Some(name.into());
-        role.rules = Some(rules);
-        Api::<ClusterRole>::all(admin.clone())
-            .create(&pp, &role)
-            .await?;
-        let mut binding = ClusterRoleBinding::default();
-        binding.metadata.name = Some(name.into());
-        binding.role_ref = role_ref("ClusterRole");
-        binding.subjects = Some(subjects);
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .create(&pp, &binding)
-            .await?;
+        let role = ClusterRole {
+            metadata: metadata.clone(),
+            rules: Some(rules),
+            ..ClusterRole::default()
+        };
+        create(Api::all(admin.clone()), &role).await?;
+        let binding = ClusterRoleBinding {
+            metadata,
+            role_ref: role_ref("ClusterRole"),
+            subjects: Some(subjects),
+        };
+        create(Api::all(admin.clone()), &binding).await
     } else {
-        let mut role = Role::default();
-        role.metadata.name = Some(name.into());
-        role.rules = Some(rules);
-        Api::<Role>::namespaced(admin.clone(), namespace)
-            .create(&pp, &role)
-            .await?;
-        let mut binding = RoleBinding::default();
-        binding.metadata.name = Some(name.into());
-        binding.role_ref = role_ref("Role");
-        binding.subjects = Some(subjects);
-        Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-            .create(&pp, &binding)
-            .await?;
+        let role = Role {
+            metadata: metadata.clone(),
+            rules: Some(rules),
+        };
+        create(Api::namespaced(admin.clone(), namespace), &role).await?;
+        let binding = RoleBinding {
+            metadata,
+            role_ref: role_ref("Role"),
+            subjects: Some(subjects),
+        };
+        create(Api::namespaced(admin.clone(), namespace), &binding).await
     }
+}
+
+async fn create<K>(api: Api<K>, object: &K) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), object).await?;
     Ok(())
 }
 
