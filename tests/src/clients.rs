@@ -12,9 +12,8 @@ use tonic::transport::Identity;
 
 use crate::pki::Pair;
 
-/// The name the serving certificates of [`crate::pki::Ca::serving`] are
-/// verified as.
-pub const SERVER_NAME: &str = "localhost";
+/// The name the serving certificates of `Ca::serving` are verified as.
+const SERVER_NAME: &str = "localhost";
 
 /// A plaintext subscriber of kube-fanout at `addr` sending `token`.
 pub async fn plaintext(addr: SocketAddr, token: &str) -> Result<Client> {

@@ -1,9 +1,15 @@
 //! The kube-fanout binary run as a child process, the way a pod runs it
 //! (its own flags, environment and credentials), killed when dropped.
 
-use std::{net::SocketAddr, path::PathBuf, process::Stdio, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
 use crate::{
+    controlplane::{ControlPlane, free_port},
     eventually::{Look, eventually},
     support,
 };
@@ -47,6 +53,23 @@ impl FanoutProcess {
             addr,
             health_addr: addr,
         })
+    }
+
+    /// Starts `binary` against the API server of `cp` with `args` and
+    /// otherwise its default flags (only its listeners, on free loopback
+    /// ports, and the kubeconfig set), logging into the control plane's
+    /// directory, and waits until it is ready.
+    pub async fn serving(binary: &Path, cp: &ControlPlane, args: &[&str]) -> Result<Self> {
+        let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .arg(format!("--listen={addr}"))
+            .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
+            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
+        let mut server = Self::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
+        server.wait_serving(READINESS_SERVICE).await?;
+        Ok(server)
     }
 
     /// Asks health on `addr` (the process's plaintext `--health-listen`,

@@ -30,8 +30,8 @@ use kube_fanout_client::{
 };
 use kube_fanout_tests::{
     clients::plaintext,
-    controlplane::{ADMIN_TOKEN, ControlPlane, free_port, user_token},
-    process::{FanoutProcess, READINESS_SERVICE},
+    controlplane::{ADMIN_TOKEN, ControlPlane, user_token},
+    process::FanoutProcess,
     rbac::{grant, rule, until_api_server_lists, user},
     support::{configmaps, create_configmap, create_namespace, next_change, read_snapshot},
 };
@@ -349,15 +349,12 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
     .await?;
 
     // The binary with its default flags; only addresses and credentials set.
-    let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-fanout-under-test"));
-    command
-        .args(["--resource", "v1/configmaps"])
-        .arg(format!("--listen={addr}"))
-        .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
-    let mut server = FanoutProcess::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
-    server.wait_serving(READINESS_SERVICE).await?;
+    let server = FanoutProcess::serving(
+        env!("CARGO_BIN_EXE_kube-fanout-under-test").as_ref(),
+        &cp,
+        &["--resource", "v1/configmaps"],
+    )
+    .await?;
     let pid = server.pid().context("kube-fanout exited")?;
 
     // The subscriber that must not notice: every configmap, all along.
