@@ -4,14 +4,20 @@
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube_fanout_proto::CONNECTION_RETIRED;
 use kube_runtime::reflector::store::Writer;
 use tokio::time::Instant;
+use tonic::Code;
 
-use super::*;
-use crate::proto::ResourceRef;
+use super::{
+    source::{EventStream, Source},
+    *,
+};
+use crate::proto::{EventType, ResourceRef, WatchEvent};
 
 /// One `Watch` call's answer.
 enum Session {
