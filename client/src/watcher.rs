@@ -59,7 +59,7 @@ use tonic::Status;
 // is not theirs to depend on.
 pub use kube_fanout_proto::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 
-use crate::{client::Api, error::ClientError, proto::WatchRequest};
+use crate::{api::Api, error::ClientError, proto::WatchRequest};
 
 mod held;
 mod recovery;

@@ -41,7 +41,7 @@ use super::{
     source::{EventStream, Source},
 };
 use crate::{
-    client::decode,
+    api::decode,
     error::reason,
     proto::{EventType, WatchEvent, WatchRequest},
 };
