@@ -31,13 +31,12 @@ use kube::Resource;
 use kube_fanout_proto::{GroupVersionResource, ends_initial_events, ends_resync};
 use kube_runtime::watcher::{DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
-use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::{
     WatchError,
     held::{Held, Unit},
-    recovery::{Recovery, recovery},
+    recovery::{Failure, Recovery},
     source::{EventStream, Source},
 };
 use crate::{
@@ -151,11 +150,11 @@ impl<S: Source> Machine<S> {
                 mut stream,
                 objects,
             } => match next_event(&mut stream).await {
-                Err(status) => self.recover(status, None),
+                Err(failure) => self.recover(failure, None),
                 Ok(event) => initial_event(event, stream, objects),
             },
             State::Watching { point, mut stream } => match next_event(&mut stream).await {
-                Err(status) => self.recover(status, Some(point)),
+                Err(failure) => self.recover(failure, Some(point)),
                 Ok(event) => live_event(event, point, stream),
             },
             State::Resyncing {
@@ -163,17 +162,14 @@ impl<S: Source> Machine<S> {
                 mut stream,
                 unit,
             } => match next_event(&mut stream).await {
-                Err(status) => self.recover(status, Some(point)),
+                Err(failure) => self.recover(failure, Some(point)),
                 Ok(event) if !event.resync || event.resource_version != unit.resource_version() => {
-                    // Applying it would mix the unit with what is not part
-                    // of it; resuming gets the unit again.
-                    let broken = Status::internal(format!(
-                        "the server broke a re-sync unit at resourceVersion {} with a {} event at {} (resync={})",
-                        unit.resource_version(),
-                        event.r#type().as_str_name(),
-                        event.resource_version,
-                        event.resync,
-                    ));
+                    let broken = Failure::BrokenUnit {
+                        unit: unit.resource_version().to_owned(),
+                        kind: event.r#type().as_str_name(),
+                        at: event.resource_version,
+                        resync: event.resync,
+                    };
                     self.recover(broken, Some(point))
                 }
                 Ok(event) => resync_event(event, point, stream, unit),
@@ -222,40 +218,39 @@ impl<S: Source> Machine<S> {
                 },
             ),
             (Ok(stream), Some(point)) => (None, State::Watching { point, stream }),
-            (Err(status), from) => self.recover(status, from),
+            (Err(status), from) => self.recover(Failure::Status(status), from),
         }
     }
 
     /// Where a failure leaves the watcher, resuming after `from` (a new
     /// snapshot when `None`).
-    fn recover<K>(&mut self, failure: Status, from: Option<ResumePoint<K>>) -> Step<K> {
+    fn recover<K>(&mut self, failure: Failure, from: Option<ResumePoint<K>>) -> Step<K> {
         let resource = &self.resource;
         let resume_after = from
             .as_ref()
             .map_or("(new snapshot)", |p| p.resource_version.as_str());
-        match recovery(&failure) {
-            Recovery::Snapshot => {
-                info!(%resource, reason = reason(&failure).unwrap_or_default(), "resume point expired; taking a new snapshot");
+        match failure.recovery() {
+            Recovery::Snapshot(status) => {
+                info!(%resource, reason = reason(&status).unwrap_or_default(), "resume point expired; taking a new snapshot");
                 (None, State::Empty)
             }
             Recovery::Move => {
                 debug!(%resource, resume_after, "connection retired by the server; resuming on a new one");
                 (None, from.map_or(State::Empty, State::Resume))
             }
-            Recovery::Refused => {
+            Recovery::Refused(status) => {
                 let delay = next_delay(&mut self.backoff);
-                warn!(%resource, code = %failure.code(), message = failure.message(), retry_in = ?delay, "watch refused");
+                warn!(%resource, code = %status.code(), message = status.message(), retry_in = ?delay, "watch refused");
                 (
-                    Some(Err(WatchError::Refused(failure))),
+                    Some(Err(WatchError::Refused(status))),
                     State::Backoff { delay, then: from },
                 )
             }
-            Recovery::Resume => {
+            Recovery::Resume(failure) => {
                 let delay = next_delay(&mut self.backoff);
                 warn!(
                     %resource,
-                    code = %failure.code(),
-                    message = failure.message(),
+                    %failure,
                     resume_after,
                     retry_in = ?delay,
                     "watch interrupted"
@@ -273,10 +268,10 @@ fn next_delay(backoff: &mut DefaultBackoff) -> Duration {
 }
 
 /// The stream's next event; its end is a failure like any other.
-async fn next_event(stream: &mut EventStream) -> Result<WatchEvent, Status> {
+async fn next_event(stream: &mut EventStream) -> Result<WatchEvent, Failure> {
     match stream.next().await {
-        Some(result) => result,
-        None => Err(Status::unavailable("the server ended the watch")),
+        Some(result) => result.map_err(Failure::Status),
+        None => Err(Failure::Ended),
     }
 }
 
