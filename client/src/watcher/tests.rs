@@ -985,3 +985,28 @@ async fn a_retired_connection_does_not_lengthen_the_backoff() {
         "0.8 s, at once, 1.6 s (plus jitter): {gaps:?}"
     );
 }
+
+/// Resyncing → (an event not of the unit) → Backoff → Resume: a server
+/// breaking its own unit is paced like a break, and left for the next
+/// server.
+#[tokio::test(start_paused = true)]
+async fn a_broken_unit_backs_off_and_fails_over_before_resuming() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            resync(EventType::Modified, "a", 20),
+            resync(EventType::Modified, "a", 21),
+        ]),
+        Session::Stream(vec![modified("a", 6)]),
+    ]);
+    let seen: Vec<String> = first(&script, 4).await.iter().map(show).collect();
+    assert_eq!(seen, ["Init", "InitApply a@3", "InitDone", "Apply a@6"]);
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("5".into(), false)]
+    );
+    let gaps = script.gaps();
+    assert!(is_backoff(gaps[0], 0), "{gaps:?}");
+    assert_eq!(*script.reconnects.lock().unwrap(), 1);
+}
