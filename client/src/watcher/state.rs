@@ -275,6 +275,11 @@ async fn next_event(stream: &mut EventStream) -> Result<WatchEvent, Failure> {
     }
 }
 
+/// The event's object, as `K`.
+fn object<K: DeserializeOwned>(event: &WatchEvent) -> Result<K, WatchError> {
+    decode(&event.object).map_err(WatchError::Decode)
+}
+
 /// An event of the snapshot.
 fn initial_event<K>(event: WatchEvent, stream: EventStream, mut objects: Held<K>) -> Step<K>
 where
@@ -287,12 +292,10 @@ where
         };
         return (Some(Ok(Event::InitDone)), State::Watching { point, stream });
     }
-    let item = (event.r#type() != EventType::Bookmark).then(|| match decode::<K>(&event.object) {
-        Err(err) => Err(WatchError::Decode(err)),
-        Ok(object) => {
-            objects.apply(&object);
-            Ok(Event::InitApply(object))
-        }
+    let item = (event.r#type() != EventType::Bookmark).then(|| {
+        let object = object::<K>(&event)?;
+        objects.apply(&object);
+        Ok(Event::InitApply(object))
     });
     (item, State::InitialWatch { stream, objects })
 }
@@ -308,43 +311,28 @@ where
         point.resource_version = event.resource_version;
         return (None, State::Watching { point, stream });
     }
-    let kind = event.r#type();
     if event.resync {
-        let mut unit = Unit::new(event.resource_version.clone());
-        let item = match decode::<K>(&event.object) {
-            Err(err) => Some(Err(WatchError::Decode(err))),
-            Ok(object) => {
-                unit.push(object, kind == EventType::Deleted);
-                None
-            }
-        };
-        return (
-            item,
-            State::Resyncing {
-                point,
-                stream,
-                unit,
-            },
-        );
+        let unit = Unit::new(event.resource_version.clone());
+        return resync_event(event, point, stream, unit);
     }
     // A live event or a bookmark: a unit of its own.
-    let item = (kind != EventType::Bookmark).then(|| match decode::<K>(&event.object) {
-        Err(err) => Err(WatchError::Decode(err)),
-        Ok(object) if kind == EventType::Deleted => {
+    let kind = event.r#type();
+    let item = (kind != EventType::Bookmark).then(|| {
+        let object = object::<K>(&event)?;
+        Ok(if kind == EventType::Deleted {
             point.held.delete(&object);
-            Ok(Event::Delete(object))
-        }
-        Ok(object) => {
+            Event::Delete(object)
+        } else {
             point.held.apply(&object);
-            Ok(Event::Apply(object))
-        }
+            Event::Apply(object)
+        })
     });
     point.resource_version = event.resource_version;
     (item, State::Watching { point, stream })
 }
 
 /// An event of the re-sync unit being received (at its resourceVersion,
-/// with `resync` set).
+/// with `resync` set), the first one included.
 fn resync_event<K>(
     event: WatchEvent,
     mut point: ResumePoint<K>,
@@ -369,8 +357,8 @@ where
             },
         );
     }
-    let item = match decode::<K>(&event.object) {
-        Err(err) => Some(Err(WatchError::Decode(err))),
+    let item = match object::<K>(&event) {
+        Err(err) => Some(Err(err)),
         Ok(object) => {
             unit.push(object, event.r#type() == EventType::Deleted);
             None
