@@ -74,3 +74,56 @@ impl Failure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recovery's name, for comparing.
+    fn class(failure: Failure) -> &'static str {
+        match failure.recovery() {
+            Recovery::Resume(_) => "resume",
+            Recovery::Snapshot(_) => "snapshot",
+            Recovery::Refused(_) => "refused",
+            Recovery::Move => "move",
+        }
+    }
+
+    #[test]
+    fn only_what_retrying_cannot_fix_is_refused_and_only_expired_re_snapshots() {
+        let status = |code| Failure::Status(Status::new(code, "x"));
+        for (code, expected) in [
+            (Code::OutOfRange, "snapshot"),
+            (Code::NotFound, "refused"),
+            (Code::InvalidArgument, "refused"),
+            (Code::PermissionDenied, "refused"),
+            (Code::Unauthenticated, "refused"),
+            (Code::FailedPrecondition, "refused"),
+            (Code::Unimplemented, "refused"),
+            (Code::Unavailable, "resume"),
+            (Code::ResourceExhausted, "resume"),
+            (Code::DeadlineExceeded, "resume"),
+            (Code::Internal, "resume"),
+            (Code::Unknown, "resume"),
+            (Code::Cancelled, "resume"),
+            (Code::Aborted, "resume"),
+        ] {
+            assert_eq!(class(status(code)), expected, "{code:?}");
+        }
+        // Retirement is told apart from other Unavailables by its reason.
+        let retired = <Status as tonic_types::StatusExt>::with_error_details(
+            Code::Unavailable,
+            "connection retired",
+            tonic_types::ErrorDetails::with_error_info(CONNECTION_RETIRED, "kube-fanout.io", []),
+        );
+        assert_eq!(class(Failure::Status(retired)), "move");
+        assert_eq!(class(Failure::Ended), "resume");
+        let broken = Failure::BrokenUnit {
+            unit: "20".into(),
+            kind: "MODIFIED",
+            at: "21".into(),
+            resync: false,
+        };
+        assert_eq!(class(broken), "resume");
+    }
+}
