@@ -39,11 +39,12 @@ use anyhow::bail;
 use futures::StreamExt;
 use kube_fanout::{
     cache::{Cache, Served},
+    event::EventKind,
     fields::SelectableFields,
     object::ResourceVersion,
     resource::ResourceType,
     service::FanoutService,
-    store::{EventKind, Store},
+    store::Store,
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{ResourceRef, WatchRequest, kube_fanout_server::KubeFanout};

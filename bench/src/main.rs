@@ -48,11 +48,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube_fanout::{
     cache::{Cache, Served},
+    event::EventKind,
     fields::SelectableFields,
     object::{Object, ResourceVersion, Transform, TypeMeta, object_key},
     resource::ResourceType,
     service::FanoutService,
-    store::{EventKind, Store},
+    store::Store,
     subscription::Limits,
 };
 use kube_fanout_proto::{

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::{
     paging::Pages,
-    reflector::ReflectorStatus,
+    reflector_status::ReflectorStatus,
     resource::{GroupVersionResource, ResourceType},
     store::Store,
     subscription::WatchError,

@@ -2,7 +2,7 @@
 //!
 //! A live event that reaches many subscribers unchanged is encoded as a
 //! `kubefanout.v1.WatchEvent` by the first of them and the bytes are kept
-//! on the ring entry ([`Event::encoded`](crate::store::Event::encoded));
+//! on the ring entry ([`Event::encoded`](crate::event::Event::encoded));
 //! every other subscriber writes the same `Bytes`. Metadata-only
 //! subscribers share a second encoding of the same event, with the
 //! object's `PartialObjectMetadata` ([`crate::projection`]), so an event
@@ -16,40 +16,14 @@
 //! bytes (into that buffer, into TLS records, into the socket) and to
 //! encrypting them, so a copy saved is most of what there was to save.
 
-use std::sync::{
-    OnceLock,
-    atomic::{AtomicU64, Ordering},
-};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
 use kube_fanout_proto::{
     v1::EventType,
     wire::{EncodedWatchEvent, OwnWatchEvent},
 };
 
-use crate::{projection::Projection, store::EventKind, subscription::Delivery};
-
-/// A ring event's shared encodings, one per projection, each made on
-/// first use (an event no metadata subscriber receives never gets the
-/// second). The second cell costs 40 bytes per ring entry while empty
-/// (400 KB for the default 10,000-event history), and once filled the
-/// encoded `PartialObjectMetadata` (a few hundred bytes) for as long as the
-/// event stays in the ring.
-#[derive(Debug, Default)]
-pub struct Encodings {
-    full: OnceLock<Bytes>,
-    metadata: OnceLock<Bytes>,
-}
-
-impl Encodings {
-    /// The cell holding the encoding for `projection`.
-    fn cell(&self, projection: Projection) -> &OnceLock<Bytes> {
-        match projection {
-            Projection::Full => &self.full,
-            Projection::Metadata => &self.metadata,
-        }
-    }
-}
+use crate::{event::EventKind, subscription::Delivery};
 
 /// Encodes deliveries, sharing the encoding of ring events delivered
 /// unchanged, and counts the protobuf encodes it actually performs.

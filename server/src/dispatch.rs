@@ -90,9 +90,9 @@ use tokio::sync::Notify;
 #[cfg(doc)]
 use crate::filter::Filter;
 use crate::{
+    event::Event,
     fields::Source,
     resource::{GroupVersionResource, ResourceType},
-    store::Event,
 };
 
 /// A field subscribers can be indexed by.
@@ -545,12 +545,13 @@ mod tests {
 
     use super::*;
     use crate::{
+        event::EventKind,
         fields::SelectableFields,
         filter::Filter,
         object::{Object, ResourceVersion, Transform, TypeMeta},
         projection::Projection,
         store::{
-            EventKind, HistoryLimits, Store,
+            HistoryLimits, Store,
             tests::{configmaps, empty_store, object_in},
         },
         subscription::{

@@ -22,7 +22,7 @@
 
 use serde_json::Value;
 
-use crate::error::quote;
+use crate::quote::quote;
 
 /// Where a selector's field label takes its value from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

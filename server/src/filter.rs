@@ -4,10 +4,10 @@
 use std::{collections::BTreeMap, ops::Range, sync::Arc};
 
 use crate::{
-    error::quote,
     fields::{SelectableFields, Source},
+    names::is_dns1123_subdomain,
     object::{Object, namespace_range},
-    validation::is_dns1123_subdomain,
+    quote::quote,
 };
 
 /// Why a selector was refused.

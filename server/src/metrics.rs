@@ -34,7 +34,7 @@ use crate::{
     cache::{Cache, Served},
     connections::{self, ConnectionStats},
     keepalive::Keepalive,
-    reflector::ReflectorStatus,
+    reflector_status::ReflectorStatus,
     store::StoreStatus,
     tls::{self, Conn},
 };
@@ -398,10 +398,11 @@ mod tests {
 
     use super::*;
     use crate::{
+        event::EventKind,
         filter::Filter,
         object::ResourceVersion,
         store::{
-            EventKind, Store,
+            Store,
             tests::{configmaps, object},
         },
     };

@@ -1,7 +1,13 @@
 //! Objects as the cache holds them: the JSON the API server sent, plus the
 //! few fields the store and the filters need, parsed once on arrival.
 
-use std::{collections::BTreeMap, fmt, ops::Range, str::FromStr, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    ops::Range,
+    str::FromStr,
+    sync::{Arc, OnceLock},
+};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -41,7 +47,7 @@ pub enum ObjectError {
     #[error("object is not valid JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// A resourceVersion that is not an etcd revision.
-    #[error("resourceVersion {} is not an unsigned integer", crate::error::quote(.0))]
+    #[error("resourceVersion {} is not an unsigned integer", crate::quote::quote(.0))]
     ResourceVersion(String),
     /// metadata.name is missing or empty.
     #[error("object has no metadata.name")]
@@ -144,7 +150,7 @@ pub struct Object {
     pub digest: u64,
     /// Its `PartialObjectMetadata`, made when a metadata subscriber first
     /// needs it (see [`crate::projection`]).
-    pub partial_metadata: crate::projection::PartialMetadataCell,
+    pub partial_metadata: PartialMetadataCell,
 }
 
 impl Object {
@@ -287,6 +293,20 @@ pub fn namespace_range(sorted: &[Arc<Object>], namespace: &str) -> Range<usize> 
     let end = sorted.partition_point(|o| o.key < to);
     start..end
 }
+
+/// The lazily made `PartialObjectMetadata` of an object (see the module
+/// docs). It is derived from the object's JSON, so two objects with equal
+/// JSON are equal whether or not either has made it yet.
+#[derive(Debug, Clone, Default)]
+pub struct PartialMetadataCell(pub(crate) OnceLock<Arc<str>>);
+
+impl PartialEq for PartialMetadataCell {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for PartialMetadataCell {}
 
 #[cfg(test)]
 mod tests {

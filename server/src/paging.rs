@@ -28,7 +28,7 @@ const KEEP_FOR: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "invalid continue token {}: pass back the `continue` of the previous page unchanged",
-    crate::error::quote(.0)
+    crate::quote::quote(.0)
 )]
 pub struct BadToken(pub String);
 
@@ -214,9 +214,9 @@ impl Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{
-        EventKind,
-        tests::{configmaps, object},
+    use crate::{
+        event::EventKind,
+        store::tests::{configmaps, object},
     };
 
     fn no_bytes(_: &Object) -> u64 {

@@ -31,7 +31,7 @@
 //! such objects a metadata subscriber can owe a little more than the
 //! byte bound before it is counted again; the event bound is exact.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -92,20 +92,6 @@ impl Projection {
         }
     }
 }
-
-/// The lazily made `PartialObjectMetadata` of an object (see the module
-/// docs). It is derived from the object's JSON, so two objects with equal
-/// JSON are equal whether or not either has made it yet.
-#[derive(Debug, Clone, Default)]
-pub struct PartialMetadataCell(OnceLock<Arc<str>>);
-
-impl PartialEq for PartialMetadataCell {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for PartialMetadataCell {}
 
 /// The `PartialObjectMetadata` of an object's JSON.
 fn partial_object_metadata(json: &str) -> Arc<str> {

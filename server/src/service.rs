@@ -344,10 +344,11 @@ mod tests {
     use super::*;
     use crate::{
         auth::limits::{Caller, CallerLimits},
+        event::EventKind,
         list_budget::ListBytesLimits,
         object::ResourceVersion,
         store::{
-            EventKind, Store,
+            Store,
             tests::{configmaps, object, object_in},
         },
     };

@@ -33,10 +33,11 @@ use tokio::{
 
 use crate::{
     dispatch::Interest,
+    event::{Event, EventKind},
     filter::Filter,
     object::{Object, ObjectError, ResourceVersion, with_resource_version},
     projection::Projection,
-    store::{Event, EventKind, Head, ReadError, Snapshot, Store},
+    store::{Head, ReadError, Snapshot, Store},
 };
 
 /// How many ring entries a subscriber copies out per lock.

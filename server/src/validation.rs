@@ -30,8 +30,10 @@ use kube_fanout_proto::v1::{self as pb, GetRequest, ListRequest, WatchRequest};
 
 use crate::{
     auth::{Attributes, Verb},
-    error::{RequestError, quote},
+    error::RequestError,
     filter::selected_name,
+    names::{is_dns1123_label, is_dns1123_subdomain},
+    quote::quote,
     resource::GroupVersionResource,
 };
 
@@ -122,19 +124,6 @@ fn invalid(field: &'static str, input: &str, rule: &'static str) -> InputError {
         quoted: quote(input).to_string(),
         rule,
     }
-}
-
-/// Whether `s` is a DNS-1123 label of any length: lowercase letters,
-/// digits and `-`, starting and ending with a letter or digit.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    s.starts_with(alnum) && s.ends_with(alnum) && s.chars().all(|c| alnum(c) || c == '-')
-}
-
-/// Whether `s` is a DNS-1123 subdomain of any length: DNS-1123 labels
-/// separated by `.`.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.split('.').all(is_dns1123_label)
 }
 
 /// A namespace: empty (all namespaces) or a DNS-1123 label.

@@ -7,7 +7,7 @@ use std::{fmt, net::IpAddr, sync::Arc};
 use dashmap::DashMap;
 
 use super::{AuthError, Identity};
-use crate::{error::quote, tls::ConnInfo};
+use crate::{quote::quote, tls::ConnInfo};
 
 /// Who a bound is counted for. Structured, so no user name can collide
 /// with another caller's key (a user named `"alice (pod 1)"` is not alice's

@@ -130,12 +130,12 @@ impl fmt::Display for Attributes {
         // Quoted with a bound: the values are validated before they get
         // here, but a message never echoes a caller's input unbounded.
         if !self.name.is_empty() {
-            write!(f, " {}", crate::error::quote(&self.name))?;
+            write!(f, " {}", crate::quote::quote(&self.name))?;
         }
         if self.namespace.is_empty() {
             write!(f, " at the cluster scope (all namespaces)")
         } else {
-            write!(f, " in namespace {}", crate::error::quote(&self.namespace))
+            write!(f, " in namespace {}", crate::quote::quote(&self.namespace))
         }
     }
 }
@@ -199,7 +199,7 @@ pub enum AuthError {
         retry_after: Duration,
     },
     /// The API server answered no.
-    #[error("user {} may not {attributes}{}", crate::error::quote(.user), reason_suffix(.reason))]
+    #[error("user {} may not {attributes}{}", crate::quote::quote(.user), reason_suffix(.reason))]
     Denied {
         /// Who asked.
         user: String,
