@@ -99,7 +99,7 @@ impl From<AuthError> for Status {
                 };
                 let mut details = ErrorDetails::with_retry_info(Some(retry_after));
                 details.set_error_info(
-                    "TokenReviewsThrottled",
+                    kube_fanout_proto::TOKEN_REVIEWS_THROTTLED,
                     ERROR_DOMAIN,
                     std::collections::HashMap::new(),
                 );

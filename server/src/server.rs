@@ -20,13 +20,13 @@ use crate::{
         limits::{CallerLimits, Limiter},
         reviews::{KubeReviews, ReviewClient},
     },
-    cache::{Cache, Served},
     connections::{ConnectionLimits, Connections},
     dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
     list_budget::{HoldListBytes, ListBudget, ListBytesLimits},
     metrics,
     reflector::{Reflector, ReflectorConfig},
+    registry::{Served, ServedTypes},
     resource::{GroupVersionResource, ResourceError, ResourceType},
     retire::MaxConnectionAge,
     service::FanoutService,
@@ -188,7 +188,7 @@ pub struct Running {
     /// asked for.
     pub health_addr: Option<SocketAddr>,
     /// The served types.
-    pub cache: Arc<Cache>,
+    pub cache: Arc<ServedTypes>,
     tasks: JoinSet<Result<(), ServeError>>,
     cancel: CancellationToken,
 }
@@ -243,7 +243,7 @@ pub async fn start(
         types.push((resource, indexed));
     }
     let mut tasks = JoinSet::new();
-    let mut cache = Cache::default();
+    let mut cache = ServedTypes::default();
     for (resource, indexed) in types {
         let span = info_span!("reflector", resource = %resource.gvr);
         let store = Arc::new(Store::with_index(resource, options.history, indexed));
@@ -542,7 +542,7 @@ fn refuse_unauthenticated_metrics(
 /// following. Open watches are not touched. Liveness (`""`) stays SERVING
 /// once synced: a restart would not bring the API server back.
 async fn report_health(
-    cache: Arc<Cache>,
+    cache: Arc<ServedTypes>,
     health: tonic_health::server::HealthReporter,
     unready_after: Option<Duration>,
     cancel: CancellationToken,

@@ -17,7 +17,6 @@ use crate::{
         Access, AuthError, Grant, Verb,
         limits::{Held, Limiter, Permit},
     },
-    cache::{Cache, Served},
     codec::WatchEncoder,
     error::RequestError,
     filter::Filter,
@@ -25,6 +24,7 @@ use crate::{
     object::{namespace_range, object_key},
     paging::PageBytes,
     projection::Projection,
+    registry::{Served, ServedTypes},
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
     tls::ConnInfo,
     validation::{self, Scope},
@@ -33,7 +33,7 @@ use crate::{
 /// The `kubefanout.v1.KubeFanout` service.
 #[derive(Debug, Clone)]
 pub struct FanoutService {
-    cache: Arc<Cache>,
+    cache: Arc<ServedTypes>,
     limits: Limits,
     encoder: Arc<WatchEncoder>,
     access: Access,
@@ -43,8 +43,8 @@ pub struct FanoutService {
 
 impl FanoutService {
     /// Serves `cache` with the given watch limits; open watches end when
-    /// the cache's subscribers are closed ([`Cache::close_subscribers`]).
-    pub fn new(cache: Arc<Cache>, limits: Limits) -> Self {
+    /// the cache's subscribers are closed ([`ServedTypes::close_subscribers`]).
+    pub fn new(cache: Arc<ServedTypes>, limits: Limits) -> Self {
         FanoutService {
             cache,
             limits,
@@ -339,6 +339,7 @@ impl KubeFanout for FanoutService {
 
 #[cfg(test)]
 mod tests {
+    use kube_fanout_core::fixtures::{configmaps, object, object_in};
     use prost::Message;
 
     use super::*;
@@ -347,14 +348,11 @@ mod tests {
         event::EventKind,
         list_budget::ListBytesLimits,
         object::ResourceVersion,
-        store::{
-            Store,
-            tests::{configmaps, object, object_in},
-        },
+        store::Store,
     };
 
     fn service(store: Arc<Store>) -> FanoutService {
-        let mut cache = Cache::default();
+        let mut cache = ServedTypes::default();
         cache.insert(Served::new(store, Arc::default()));
         FanoutService::new(Arc::new(cache), Limits::default())
     }

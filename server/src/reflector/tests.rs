@@ -15,7 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tower_test::mock::{Handle, SendResponse};
 
 use super::*;
-use crate::store::tests::configmaps;
+use kube_fanout_core::fixtures::configmaps;
 
 type MockBody = BoxBody<Bytes, std::io::Error>;
 type MockHandle = Handle<Request<kube::client::Body>, Response<MockBody>>;

@@ -25,7 +25,10 @@
 use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
 use futures::Stream;
-use kube_fanout_proto::{CONNECTION_RETIRED, INITIAL_EVENTS_END};
+use kube_fanout_proto::{
+    CONNECTION_RETIRED, EXPIRED, INITIAL_EVENTS_END, NOT_SYNCED, SHUTTING_DOWN, SUBSCRIBER_LAGGED,
+    TOO_LARGE_RESOURCE_VERSION,
+};
 use tokio::{
     sync::watch,
     time::{Instant, Sleep},
@@ -194,12 +197,12 @@ impl WatchError {
     /// remedy is the same, a new snapshot.
     pub fn reason(&self) -> &'static str {
         match self {
-            WatchError::Read(ReadError::Expired { .. } | ReadError::InGap { .. }) => "Expired",
-            WatchError::Read(ReadError::TooLarge { .. }) => "TooLargeResourceVersion",
-            WatchError::Read(ReadError::NotSynced) => "NotSynced",
-            WatchError::ShuttingDown { .. } => "ShuttingDown",
+            WatchError::Read(ReadError::Expired { .. } | ReadError::InGap { .. }) => EXPIRED,
+            WatchError::Read(ReadError::TooLarge { .. }) => TOO_LARGE_RESOURCE_VERSION,
+            WatchError::Read(ReadError::NotSynced) => NOT_SYNCED,
+            WatchError::ShuttingDown { .. } => SHUTTING_DOWN,
             WatchError::ConnectionRetired { .. } => CONNECTION_RETIRED,
-            WatchError::Lagged { .. } => "SubscriberLagged",
+            WatchError::Lagged { .. } => SUBSCRIBER_LAGGED,
         }
     }
 }

@@ -470,7 +470,7 @@ impl Dispatch {
     }
 
     /// Counts a live subscriber's wake-up.
-    pub(crate) fn woken(&self) {
+    pub fn woken(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -1003,46 +1003,8 @@ pub(crate) mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
+    pub(crate) use crate::fixtures::{configmaps, empty_store, object, object_in};
     use crate::object::{Transform, TypeMeta};
-
-    pub(crate) fn configmaps() -> ResourceType {
-        ResourceType {
-            gvr: "v1/configmaps".parse().expect("a valid resource"),
-            kind: "ConfigMap".into(),
-            namespaced: true,
-            fields: crate::fields::SelectableFields::default(),
-        }
-    }
-
-    /// An empty ConfigMap store at RV 1 keeping 100 events, as most
-    /// subscription tests start.
-    pub(crate) fn empty_store() -> Arc<Store> {
-        let store = Arc::new(Store::new(configmaps(), 100));
-        store.replace(Vec::new(), ResourceVersion(1));
-        store
-    }
-
-    pub(crate) fn object(name: &str, rv: u64, labels: &str) -> Object {
-        object_in("ns", name, rv, labels)
-    }
-
-    /// A ConfigMap `namespace/name` at `rv` with `labels` (a JSON object).
-    pub(crate) fn object_in(namespace: &str, name: &str, rv: u64, labels: &str) -> Object {
-        let raw = format!(
-            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{namespace}","resourceVersion":"{rv}","labels":{labels}}}}}"#
-        );
-        let meta = TypeMeta {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-        };
-        Object::from_json(
-            &raw,
-            &meta,
-            &crate::fields::SelectableFields::default(),
-            Transform::default(),
-        )
-        .unwrap()
-    }
 
     /// How often a snapshot replayed ring events over its walk, and how
     /// often it undid the part of a unit still being written.

@@ -126,11 +126,11 @@ impl Served {
 
 /// Every served resource type.
 #[derive(Debug, Default)]
-pub struct Cache {
+pub struct ServedTypes {
     served: BTreeMap<GroupVersionResource, Arc<Served>>,
 }
 
-impl Cache {
+impl ServedTypes {
     /// Adds a resource type.
     pub fn insert(&mut self, served: Served) {
         self.served
