@@ -22,6 +22,9 @@ pub use unit::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 /// failing over as from a server going away.
 pub const CONNECTION_RETIRED: &str = "ConnectionRetired";
 
+/// The domain of kube-fanout's `google.rpc.ErrorInfo` details.
+pub const ERROR_DOMAIN: &str = "kube-fanout.io";
+
 /// The `ErrorInfo` reason of a Watch or List that asked for a
 /// resourceVersion older than the server's history (or inside a re-sync
 /// gap): the client takes a new snapshot.

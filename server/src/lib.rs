@@ -5,24 +5,21 @@
 //! store: a consistent snapshot, like the API server's watch-list, then
 //! every later change in order. [`service`] is the thin gRPC layer and
 //! [`server`] wires it all together.
+//!
+//! This crate only wires: its [`config`] (flags), [`metrics`] and
+//! [`server`] start the crates below it. Those crates' modules are
+//! re-exported here under the paths the binary, the end-to-end tests and
+//! the benchmark use (see the README's Architecture section for the
+//! layers).
 
+pub use kube_fanout_auth as auth;
 pub use kube_fanout_core::{
-    codec, dispatch, event, fields, filter, names, object, paging, projection, quote,
-    reflector_status, registry, resource, store, subscription,
+    event, fields, filter, object, registry, resource, store, subscription,
 };
+pub use kube_fanout_listener::{connections, keepalive, retire, tls};
+pub use kube_fanout_reflector as reflector;
+pub use kube_fanout_service::{error, list_budget, service, validation};
 
-pub mod auth;
-pub mod backoff;
 pub mod config;
-pub mod connections;
-pub mod error;
-pub mod keepalive;
-pub mod list_budget;
 pub mod metrics;
-pub mod reflector;
-pub mod retire;
 pub mod server;
-pub mod service;
-pub mod tls;
-pub mod upstream;
-pub mod validation;

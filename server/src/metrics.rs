@@ -26,6 +26,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 
+use kube_fanout_core::reflector_status::ReflectorStatus;
+
 use crate::{
     auth::{
         http_access::{HttpAccess, http_status},
@@ -33,7 +35,6 @@ use crate::{
     },
     connections::{self, ConnectionStats},
     keepalive::Keepalive,
-    reflector_status::ReflectorStatus,
     registry::{Served, ServedTypes},
     store::StoreStatus,
     tls::{self, Conn},

@@ -9,6 +9,8 @@ use tokio::{net::TcpListener, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use kube_fanout_core::dispatch::{IndexFieldFlag, IndexedField, UnindexableField};
+
 use crate::{
     auth::{
         Access, Authenticator, Authorizer,
@@ -21,7 +23,6 @@ use crate::{
         reviews::{KubeReviews, ReviewClient},
     },
     connections::{ConnectionLimits, Connections},
-    dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
     list_budget::{HoldListBytes, ListBudget, ListBytesLimits},
     metrics,

@@ -16,6 +16,10 @@
 //!
 //! Fail closed: when a review cannot be made, the request fails; only an
 //! answer the API server gave (and that has not expired) lets one through.
+//!
+//! This crate sits on the core (for quoting input in errors) and on the
+//! listener (each connection's [`kube_fanout_listener::tls::ConnInfo`]);
+//! the gRPC service and the server wiring sit on it.
 
 pub mod authn;
 pub mod authz;
@@ -29,6 +33,7 @@ pub mod http_access;
 pub mod layer;
 pub mod limits;
 pub mod reviews;
+mod status;
 pub mod x509;
 
 use std::{
@@ -130,12 +135,16 @@ impl fmt::Display for Attributes {
         // Quoted with a bound: the values are validated before they get
         // here, but a message never echoes a caller's input unbounded.
         if !self.name.is_empty() {
-            write!(f, " {}", crate::quote::quote(&self.name))?;
+            write!(f, " {}", kube_fanout_core::quote::quote(&self.name))?;
         }
         if self.namespace.is_empty() {
             write!(f, " at the cluster scope (all namespaces)")
         } else {
-            write!(f, " in namespace {}", crate::quote::quote(&self.namespace))
+            write!(
+                f,
+                " in namespace {}",
+                kube_fanout_core::quote::quote(&self.namespace)
+            )
         }
     }
 }
@@ -199,7 +208,7 @@ pub enum AuthError {
         retry_after: Duration,
     },
     /// The API server answered no.
-    #[error("user {} may not {attributes}{}", crate::quote::quote(.user), reason_suffix(.reason))]
+    #[error("user {} may not {attributes}{}", kube_fanout_core::quote::quote(.user), reason_suffix(.reason))]
     Denied {
         /// Who asked.
         user: String,

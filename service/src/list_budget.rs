@@ -298,7 +298,8 @@ mod tests {
         assert_eq!(budget.available(), 4 * UNIT, "the first holds two units");
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(budget.clone()));
-        let text = crate::metrics::render(&registry).unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
             "kube_fanout_list_bytes_reserved 2048",
             "kube_fanout_list_bytes_limit 6144",

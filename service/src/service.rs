@@ -12,21 +12,24 @@ use kube_fanout_proto::wire::EncodedWatchEvent;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
-use crate::{
-    auth::{
-        Access, AuthError, Grant, Verb,
-        limits::{Held, Limiter, Permit},
-    },
+use kube_fanout_auth::{
+    Access, AuthError, Grant, Verb,
+    limits::{Held, Limiter, Permit},
+};
+use kube_fanout_core::{
     codec::WatchEncoder,
-    error::RequestError,
     filter::Filter,
-    list_budget::{ListBudget, ListBytes, ListTooLarge, Reservation},
     object::{namespace_range, object_key},
     paging::PageBytes,
     projection::Projection,
     registry::{Served, ServedTypes},
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
-    tls::ConnInfo,
+};
+use kube_fanout_listener::tls::ConnInfo;
+
+use crate::{
+    error::RequestError,
+    list_budget::{ListBudget, ListBytes, ListTooLarge, Reservation},
     validation::{self, Scope},
 };
 
@@ -343,13 +346,10 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::{
-        auth::limits::{Caller, CallerLimits},
-        event::EventKind,
-        list_budget::ListBytesLimits,
-        object::ResourceVersion,
-        store::Store,
-    };
+    use kube_fanout_auth::limits::{Caller, CallerLimits};
+    use kube_fanout_core::{event::EventKind, object::ResourceVersion, store::Store};
+
+    use crate::list_budget::ListBytesLimits;
 
     fn service(store: Arc<Store>) -> FanoutService {
         let mut cache = ServedTypes::default();
@@ -651,7 +651,7 @@ mod tests {
     }
 
     /// Objects of 200 bytes, for byte bounds.
-    fn sized(name: &str) -> crate::object::Object {
+    fn sized(name: &str) -> kube_fanout_core::object::Object {
         let mut o = object(name, 1, "{}");
         let padding = 200 - o.json.len();
         let json = format!(

@@ -391,7 +391,7 @@ fn bmp(value: &[u8]) -> Result<String, ValueFault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::AUTHENTICATED_GROUP;
+    use crate::AUTHENTICATED_GROUP;
 
     /// One DER element (lengths of any size, in their shortest form).
     fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {

@@ -73,7 +73,7 @@ mod tests {
     use http::header::AUTHORIZATION;
 
     use super::*;
-    use crate::auth::{
+    use crate::{
         authn::TokenCacheTtl,
         authz::DecisionCacheTtl,
         reviews::{AccessVerdict, NonResourceReviewer, TokenReviewer, TokenVerdict},
@@ -141,7 +141,7 @@ mod tests {
                 fake.clone(),
                 vec![],
                 ttl,
-                crate::auth::budget::ReviewBudget::new(Default::default()),
+                crate::budget::ReviewBudget::new(Default::default()),
             )),
             Arc::new(NonResourceAuthorizer::new(
                 fake,

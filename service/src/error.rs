@@ -1,26 +1,24 @@
 //! Every way a request can fail, and the one place that maps each to a
-//! gRPC status. Statuses that a client must act on (Expired, lagging) carry
+//! gRPC status (an [`AuthError`]'s status is the auth crate's own, which
+//! its tower layer answers with too; this mapping passes it on). Statuses that a client must act on (Expired, lagging) carry
 //! a `google.rpc.ErrorInfo` with a machine-readable reason and the
 //! resourceVersion to act on.
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::{
-    auth::{AuthError, budget::Exceeded},
+use kube_fanout_auth::AuthError;
+use kube_fanout_core::{
     filter::FilterError,
-    list_budget::ListTooLarge,
     object::{ObjectError, ResourceVersion},
     paging::PageError,
     quote::quote,
     resource::GroupVersionResource,
     store::ReadError,
     subscription::WatchError,
-    validation::InputError,
 };
 
-/// The domain of kube-fanout's `ErrorInfo` details.
-pub const ERROR_DOMAIN: &str = "kube-fanout.io";
+use crate::{list_budget::ListTooLarge, validation::InputError};
 
 /// Why a request was refused or a stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -68,50 +66,6 @@ pub enum RequestError {
     ListTooLarge(#[from] ListTooLarge),
 }
 
-impl From<AuthError> for Status {
-    fn from(err: AuthError) -> Self {
-        let message = err.to_string();
-        match err {
-            AuthError::MissingCredentials
-            | AuthError::CertificateRefused(_)
-            | AuthError::CertificateWithoutUser(_)
-            | AuthError::MalformedHeader
-            | AuthError::HeaderTooLarge { .. }
-            | AuthError::InvalidToken(_)
-            | AuthError::TokenRevoked(_)
-            | AuthError::IdentityChanged
-            | AuthError::CertificateUnreadable
-            | AuthError::CertificateExpired(_) => Status::unauthenticated(message),
-            AuthError::Denied { .. } | AuthError::NonResourceDenied { .. } => {
-                Status::permission_denied(message)
-            }
-            // Cheaper than a review: refused at once, told when to retry.
-            // The caller's own bound is its quota; the total one is the
-            // server's load.
-            AuthError::Throttled {
-                exceeded,
-                retry_after,
-                ..
-            } => {
-                let code = match exceeded {
-                    Exceeded::Source(_) => Code::ResourceExhausted,
-                    Exceeded::Total => Code::Unavailable,
-                };
-                let mut details = ErrorDetails::with_retry_info(Some(retry_after));
-                details.set_error_info(
-                    kube_fanout_proto::TOKEN_REVIEWS_THROTTLED,
-                    ERROR_DOMAIN,
-                    std::collections::HashMap::new(),
-                );
-                Status::with_error_details(code, message, details)
-            }
-            // Fail closed: unknown is no, and the caller may retry.
-            AuthError::Unavailable { .. } => Status::unavailable(message),
-            AuthError::LimitExceeded { .. } => Status::resource_exhausted(message),
-        }
-    }
-}
-
 impl From<ReadError> for RequestError {
     fn from(err: ReadError) -> Self {
         RequestError::Watch(err.into())
@@ -125,7 +79,7 @@ fn with_reason(code: Code, message: String, reason: &str, rv: ResourceVersion) -
     Status::with_error_details(
         code,
         message,
-        ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
+        ErrorDetails::with_error_info(reason, kube_fanout_proto::ERROR_DOMAIN, metadata),
     )
 }
 
@@ -180,7 +134,7 @@ impl From<RequestError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quote::QUOTE_LIMIT;
+    use kube_fanout_core::quote::QUOTE_LIMIT;
 
     #[test]
     fn expired_carries_a_machine_readable_reason() {
@@ -220,21 +174,21 @@ mod tests {
             .into(),
             RequestError::from(huge.parse::<ResourceVersion>().unwrap_err()).into(),
             RequestError::from(
-                crate::filter::Filter::new(
+                kube_fanout_core::filter::Filter::new(
                     "",
                     &format!("{huge}=x"),
                     "",
-                    &crate::fields::SelectableFields::default(),
+                    &kube_fanout_core::fields::SelectableFields::default(),
                 )
                 .unwrap_err(),
             )
             .into(),
             RequestError::from(
-                crate::filter::Filter::new(
+                kube_fanout_core::filter::Filter::new(
                     "",
                     "",
                     &format!("{huge}=x"),
-                    &crate::fields::SelectableFields::default(),
+                    &kube_fanout_core::fields::SelectableFields::default(),
                 )
                 .unwrap_err(),
             )
@@ -253,32 +207,6 @@ mod tests {
                 "{message}"
             );
         }
-    }
-
-    #[test]
-    fn a_throttled_caller_learns_when_to_retry() {
-        let throttled = |exceeded| -> Status {
-            AuthError::Throttled {
-                exceeded,
-                limit: "5/s, bursts of 20".into(),
-                retry_after: std::time::Duration::from_millis(200),
-            }
-            .into()
-        };
-        let own = throttled(Exceeded::Source("10.0.0.1".into()));
-        assert_eq!(own.code(), Code::ResourceExhausted);
-        assert_eq!(
-            own.message(),
-            "too many token reviews for unknown tokens from 10.0.0.1: at most 5/s, bursts of 20; retry in 200ms"
-        );
-        let retry = own.get_details_retry_info().expect("RetryInfo");
-        assert_eq!(
-            retry.retry_delay,
-            Some(std::time::Duration::from_millis(200))
-        );
-        let info = own.get_details_error_info().expect("ErrorInfo");
-        assert_eq!(info.reason, "TokenReviewsThrottled");
-        assert_eq!(throttled(Exceeded::Total).code(), Code::Unavailable);
     }
 
     #[test]

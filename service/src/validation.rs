@@ -28,14 +28,15 @@
 
 use kube_fanout_proto::v1::{self as pb, GetRequest, ListRequest, WatchRequest};
 
-use crate::{
-    auth::{Attributes, Verb},
-    error::RequestError,
+use kube_fanout_auth::{Attributes, Verb};
+use kube_fanout_core::{
     filter::selected_name,
     names::{is_dns1123_label, is_dns1123_subdomain},
     quote::quote,
     resource::GroupVersionResource,
 };
+
+use crate::error::RequestError;
 
 /// Longest namespace: a DNS-1123 label.
 pub const MAX_NAMESPACE: usize = 63;

@@ -3,7 +3,7 @@
 //! rotation needs no restart and open connections are untouched, as
 //! Kubernetes components do); the optional client CA verifies client
 //! certificates, which go to the gRPC layers as they are (DER), for the
-//! auth module to map to a user (`crate::auth::x509`).
+//! auth module to map to a user (`kube_fanout_auth::x509`).
 
 use std::{
     io,

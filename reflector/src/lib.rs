@@ -30,6 +30,11 @@
 //! A LIST or watch-list slower than [`trace::SLOW_SYNC`] is logged with its
 //! steps. Routine answers (a 410 that forces a relist, a 429) are logged at
 //! debug and info, as client-go logs them, not as warnings.
+//!
+//! The crate owns the reflector, its requests to the API server
+//! ([`upstream`]) and its [`backoff`]; it sits on the core (it writes the
+//! store and reports a `ReflectorStatus`) and kube, and only the server
+//! wiring sits on it.
 
 use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
@@ -44,13 +49,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Level, debug, info, warn};
 
 use self::{retry::InternalErrorRetry, trace::SyncTrace};
-use crate::{
-    backoff::{Backoff, BackoffConfig},
+use kube_fanout_core::{
     event::EventKind,
     fields::SelectableFields,
     object::{Object, ObjectError, ResourceVersion, Transform, TypeMeta},
     reflector_status::{Phase, ReflectorStatus},
     store::Store,
+};
+
+use crate::{
+    backoff::{Backoff, BackoffConfig},
     upstream::{Lines, Upstream, UpstreamError},
 };
 
@@ -806,7 +814,7 @@ impl Reflector {
             other => {
                 return Err(ReflectorError::DecodeEvent(format!(
                     "unknown watch event type {}",
-                    crate::quote::quote(other)
+                    kube_fanout_core::quote::quote(other)
                 )));
             }
         };
@@ -852,7 +860,9 @@ pub fn differences(streamed: &[Object], listed: &[Object]) -> Vec<String> {
     out
 }
 
+pub mod backoff;
 pub mod retry;
 #[cfg(test)]
 mod tests;
 pub mod trace;
+pub mod upstream;

@@ -573,7 +573,7 @@ fn differences_name_every_missing_extra_and_changed_object() {
         Object::from_json(
             &cm(name, rv),
             &meta,
-            &crate::fields::SelectableFields::default(),
+            &kube_fanout_core::fields::SelectableFields::default(),
             Transform::default(),
         )
         .unwrap()

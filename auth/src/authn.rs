@@ -183,7 +183,7 @@ mod tests {
     use base64::Engine;
 
     use super::*;
-    use crate::auth::{
+    use crate::{
         budget::{Bound, ReviewLimits},
         fakes::Tokens as Fake,
     };

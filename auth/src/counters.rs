@@ -73,7 +73,8 @@ mod tests {
         counters.throttled(true);
         let mut registry = Registry::default();
         counters.register(&mut registry);
-        let text = crate::metrics::render(&registry).unwrap();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
             "kube_fanout_token_reviews_total{outcome=\"rejected\"} 2",
             "kube_fanout_token_reviews_throttled_total{bound=\"source\"} 1",

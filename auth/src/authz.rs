@@ -144,7 +144,7 @@ mod tests {
     use tonic::{Code, Status};
 
     use super::*;
-    use crate::auth::{
+    use crate::{
         Access,
         fakes::{self, ALLOW_TTL, Accesses as Fake, watch_configmaps},
     };

@@ -259,7 +259,7 @@ impl NonResourceReviewer for KubeReviews {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::AUTHENTICATED_GROUP;
+    use crate::AUTHENTICATED_GROUP;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
         UserInfo {
