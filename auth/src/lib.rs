@@ -24,9 +24,9 @@
 pub mod authn;
 pub mod authz;
 pub mod budget;
-pub mod cache;
-pub mod counters;
-pub mod credential;
+mod cache;
+mod counters;
+mod credential;
 #[cfg(test)]
 mod fakes;
 pub mod http_access;
@@ -304,11 +304,6 @@ impl Access {
                 authenticator,
             }),
         }
-    }
-
-    /// Whether requests are checked.
-    pub fn is_checked(&self) -> bool {
-        self.checked.is_some()
     }
 
     /// Authorizes a request whose extensions carry the caller's identity.

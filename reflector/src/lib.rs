@@ -861,8 +861,8 @@ pub fn differences(streamed: &[Object], listed: &[Object]) -> Vec<String> {
 }
 
 pub mod backoff;
-pub mod retry;
+mod retry;
 #[cfg(test)]
 mod tests;
-pub mod trace;
+mod trace;
 pub mod upstream;

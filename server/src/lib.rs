@@ -13,12 +13,10 @@
 //! layers).
 
 pub use kube_fanout_auth as auth;
-pub use kube_fanout_core::{
-    event, fields, filter, object, registry, resource, store, subscription,
-};
+pub use kube_fanout_core::{event, fields, object, registry, resource, store, subscription};
 pub use kube_fanout_listener::{connections, keepalive, retire, tls};
 pub use kube_fanout_reflector as reflector;
-pub use kube_fanout_service::{error, list_budget, service, validation};
+pub use kube_fanout_service::{list_budget, service};
 
 pub mod config;
 pub mod metrics;

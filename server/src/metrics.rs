@@ -399,7 +399,8 @@ mod tests {
     use crate::connections::ConnectionLimits;
 
     use super::*;
-    use crate::{event::EventKind, filter::Filter, object::ResourceVersion, store::Store};
+    use crate::{event::EventKind, object::ResourceVersion, store::Store};
+    use kube_fanout_core::filter::Filter;
 
     #[test]
     fn every_family_is_exposed_per_resource_type_with_its_value() {

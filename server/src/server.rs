@@ -34,8 +34,8 @@ use crate::{
     store::{HistoryLimits, Store},
     subscription::Limits,
     tls::{self, TlsError, TlsFiles},
-    validation::MAX_REQUEST_BYTES,
 };
+use kube_fanout_service::MAX_REQUEST_BYTES;
 
 /// What the server needs besides an API client and a listener.
 #[derive(Debug, Clone)]

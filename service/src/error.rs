@@ -18,7 +18,7 @@ use kube_fanout_core::{
     subscription::WatchError,
 };
 
-use crate::{list_budget::ListTooLarge, validation::InputError};
+use crate::{input::InputError, list_budget::ListTooLarge};
 
 /// Why a request was refused or a stream ended.
 #[derive(Debug, thiserror::Error)]

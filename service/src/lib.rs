@@ -7,7 +7,10 @@
 //! It sits on the core, auth and the listener (for each request's
 //! connection); only the server wiring sits on it.
 
-pub mod error;
+mod error;
+mod input;
 pub mod list_budget;
 pub mod service;
-pub mod validation;
+mod validation;
+
+pub use validation::MAX_REQUEST_BYTES;

@@ -36,7 +36,7 @@ use kube_fanout_core::{
     resource::GroupVersionResource,
 };
 
-use crate::error::RequestError;
+use crate::{error::RequestError, input::InputError};
 
 /// Longest namespace: a DNS-1123 label.
 pub const MAX_NAMESPACE: usize = 63;
@@ -62,45 +62,6 @@ pub const MAX_CONTINUE: usize = MAX_RESOURCE_VERSION + 1 + MAX_NAMESPACE + 1 + M
 /// before they are decompressed past this, so a few KB of gzip cannot make
 /// kube-fanout hold megabytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
-
-/// A field of a request that breaks its bound or its shape.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InputError {
-    /// Longer than its bound.
-    #[error("{field} {quoted} is {len} bytes; at most {max} are accepted")]
-    TooLong {
-        /// The request field.
-        field: &'static str,
-        /// The input, quoted with a bound.
-        quoted: String,
-        /// Its length.
-        len: usize,
-        /// The bound.
-        max: usize,
-    },
-    /// More selector terms than the bound.
-    #[error("{field} {quoted} has {terms} terms; at most {max} are accepted")]
-    TooManyTerms {
-        /// The request field.
-        field: &'static str,
-        /// The input, quoted with a bound.
-        quoted: String,
-        /// How many terms it has (at least).
-        terms: usize,
-        /// The bound.
-        max: usize,
-    },
-    /// Not of the shape the API server accepts.
-    #[error("{field} {quoted} is invalid: {rule}")]
-    Invalid {
-        /// The request field.
-        field: &'static str,
-        /// The input, quoted with a bound.
-        quoted: String,
-        /// The rule it breaks.
-        rule: &'static str,
-    },
-}
 
 const DNS1123_LABEL: &str = "it must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)";
 const DNS1123_SUBDOMAIN: &str =
