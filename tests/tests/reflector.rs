@@ -9,10 +9,11 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_fanout::{
+    event::EventKind,
     object::ResourceVersion,
     reflector::{Reflector, ReflectorConfig, State},
     resource::ResourceType,
-    store::{EventKind, Gap, Store},
+    store::{Gap, Store},
 };
 use kube_fanout_client::proto::EventType;
 use kube_fanout_tests::{
