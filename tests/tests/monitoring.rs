@@ -5,7 +5,7 @@
 //! named below; and every family it exports is on the dashboard. Families
 //! with labels appear once something was counted, so the server is made to
 //! review tokens (accepted, rejected, and refused at the per-source bound)
-//! first. `promtool check rules` and `promtool test rules` run in
+//! and an access first. `promtool check rules` and `promtool test rules` run in
 //! scripts/test.
 
 use std::{collections::BTreeSet, num::NonZeroU32, path::Path};
@@ -216,6 +216,8 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
         "kube_fanout_connections",
         "kube_fanout_token_reviews_total",
         "kube_fanout_token_reviews_throttled_total",
+        "kube_fanout_access_reviews_total",
+        "kube_fanout_auth_checks_total",
     ] {
         ensure!(exported.contains(family), "{family} missing from\n{scrape}");
     }
