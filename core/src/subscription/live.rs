@@ -230,6 +230,7 @@ impl Live {
     /// receives; with none left, reads on from the cursor.
     fn catch_up(&mut self, cx: &mut Context) -> Result<Option<Delivery>, WatchError> {
         let Phase::CatchingUp { pending, last_sent } = &mut self.phase else {
+            // Only stepped in this phase (see `follow`).
             return Ok(None);
         };
         // Before every delivery, so that events already read do not keep a

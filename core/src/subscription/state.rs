@@ -234,8 +234,56 @@ mod tests {
         subscription::{
             Limits, Start, WatchError, WatchSpec,
             tests::{deliveries, ready, spec, stream_of, watch},
+            watch_on,
         },
     };
+
+    /// The snapshot hold is kept from the start until the snapshot's last
+    /// object has gone out, and released as the live state begins; a
+    /// resume without a snapshot, or a start that fails, releases it at
+    /// once.
+    #[tokio::test(start_paused = true)]
+    async fn the_snapshot_hold_is_kept_until_the_snapshot_is_sent() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![object("a", 1, "{}"), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        let hold = Arc::new(());
+        let held = || Arc::strong_count(&hold) - 1;
+        let on = |start, send_initial_events| {
+            Box::pin(watch_on(
+                store.clone(),
+                spec("", start, send_initial_events),
+                Limits::default(),
+                Some(Box::new(hold.clone())),
+                None,
+            ))
+        };
+        let mut snapshot = on(Start::Latest, true);
+        assert_eq!(held(), 1, "while starting");
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            kinds.push(snapshot.next().await.unwrap().unwrap().kind);
+            assert_eq!(held(), 1, "while the snapshot is sent");
+        }
+        kinds.push(snapshot.next().await.unwrap().unwrap().kind);
+        assert_eq!(
+            kinds,
+            [EventKind::Added, EventKind::Added, EventKind::Bookmark]
+        );
+        assert_eq!(held(), 0, "released as the live state begins");
+
+        let mut resumed = on(Start::At(ResourceVersion(2)), false);
+        assert_eq!(held(), 1);
+        store.apply(EventKind::Added, object("c", 3, "{}"));
+        assert_eq!(resumed.next().await.unwrap().unwrap().resource_version.0, 3);
+        assert_eq!(held(), 0, "a resume sends no snapshot");
+
+        let mut failed = on(Start::At(ResourceVersion(9)), true);
+        assert!(failed.next().await.unwrap().is_err());
+        assert_eq!(held(), 0, "released when the start fails");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_for_a_future_rv_waits_then_fails_as_too_large() {
