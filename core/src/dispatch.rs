@@ -556,8 +556,7 @@ mod tests {
         },
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
-            tests::{deliveries as ready, stream_of},
-            watch,
+            tests::{deliveries as ready, stream_of, watch},
         },
     };
 

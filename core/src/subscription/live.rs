@@ -1,0 +1,818 @@
+//! Live following: after its start (a resume point, or a snapshot's
+//! end), a subscriber reads the ring from its cursor, hands out what its
+//! filter lets through, and waits to be woken, in a sub-machine ([`Phase`])
+//! that [`Live::follow`] steps.
+//!
+//! An indexed subscriber (see [`crate::dispatch`]) reads the ring only
+//! after it took a mark, and then until the ring is empty before it may
+//! take another or skip; woken without a mark, it moves its cursor to the
+//! head without reading. The others read on after every move of the head.
+
+use std::{collections::VecDeque, pin::Pin, sync::Arc};
+
+use tokio::{
+    sync::watch,
+    time::{Instant, Sleep},
+};
+
+use super::{
+    delivery::{Delivery, Marker, Unchanged, bookmark, deliver},
+    error::WatchError,
+    lag::{BATCH, LagBound},
+    request::{Limits, WatchSpec},
+};
+use crate::{
+    dispatch::Interest,
+    event::Event,
+    object::ResourceVersion,
+    store::{Head, Store},
+};
+
+/// What a subscription keeps whatever its state: the store, the request,
+/// its bounds and its view of the store's head. (Not kept in [`Live`]: an
+/// idle subscriber's memory is counted, and the subscription has these.)
+pub(super) struct Context {
+    pub(super) store: Arc<Store>,
+    pub(super) spec: WatchSpec,
+    pub(super) limits: Limits,
+    pub(super) head: watch::Receiver<Head>,
+    /// When the subscriber's connection is retired (see
+    /// [`super::watch_on`]).
+    pub(super) retire_at: Option<Instant>,
+}
+
+/// The live part of a subscription.
+pub(super) struct Live {
+    /// The last ring position read.
+    cursor: u64,
+    /// The JSON bytes of the ring up to `cursor`.
+    cursor_bytes: u64,
+    /// The last point the subscriber can resume from.
+    resume: Resume,
+    /// The RV of the last ring event read, delivered or filtered out:
+    /// what a progress bookmark may promise.
+    read_rv: ResourceVersion,
+    /// Where following is.
+    phase: Phase,
+    /// Re-armed lazily: when it fires early it is moved to the real
+    /// deadline, so sending an event costs no timer operation.
+    progress: Pin<Box<Sleep>>,
+    lag: LagBound,
+    /// How the subscriber learns that events concern it.
+    interest: Interest,
+}
+
+/// Where live following is. Each step moves it on:
+///
+/// - `CatchingUp` hands out its pending events; once they are gone it
+///   checks the lag bound and reads on from the cursor: more events stay
+///   `CatchingUp`, none make it `Waiting`.
+/// - `Waiting` waits for the head to move (unindexed), a mark (indexed),
+///   or the progress timer, and becomes `Woken` (a due progress bookmark
+///   goes out on the way).
+/// - `Woken` reads on from the cursor (unindexed), or takes its mark
+///   (indexed): a mark makes it read from the event before the first that
+///   concerns it, none skips its cursor to the head and waits again.
+enum Phase {
+    /// Reading the ring up to its head; the subscription starts here.
+    CatchingUp {
+        /// Events read from the ring but not yet handled.
+        pending: VecDeque<Arc<Event>>,
+        last_sent: LastSent,
+    },
+    /// Read up to the head as of its last read.
+    Waiting {
+        /// When the subscriber was last sent something.
+        last_sent: Instant,
+    },
+    /// Woken by the store, its mark or the progress timer.
+    Woken {
+        /// When the subscriber was last sent something.
+        last_sent: Instant,
+    },
+}
+
+/// When a subscriber reading the ring was last sent something.
+#[derive(Debug, Clone, Copy)]
+enum LastSent {
+    /// At this instant (as of its last wait).
+    At(Instant),
+    /// Since its last wait. The clock is read when it next waits, once per
+    /// batch of deliveries rather than once per delivery: the progress
+    /// timer only matters while it waits.
+    SinceLastWait,
+}
+
+impl LastSent {
+    /// The instant, read from the clock if something went out since the
+    /// last wait.
+    fn stamp(self) -> Instant {
+        match self {
+            LastSent::At(at) => at,
+            LastSent::SinceLastWait => Instant::now(),
+        }
+    }
+}
+
+/// The last point a subscriber can resume from.
+#[derive(Debug, Clone, Copy)]
+enum Resume {
+    /// The RV of its last delivery outside a re-sync unit, or of the last
+    /// unit it finished.
+    At(ResourceVersion),
+    /// Inside a re-sync unit, whose RV is a resume point only once the
+    /// unit is closed: the point before it.
+    InUnit { before: ResourceVersion },
+}
+
+impl Resume {
+    /// The resourceVersion an error tells the subscriber to resume from.
+    fn rv(self) -> ResourceVersion {
+        match self {
+            Resume::At(rv) | Resume::InUnit { before: rv } => rv,
+        }
+    }
+
+    /// What `event` becomes for this subscriber, keeping track of units
+    /// and of the resume point.
+    fn handle(&mut self, store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Option<Delivery> {
+        let rv = event.resource_version;
+        if event.closes_unit() {
+            // Every subscriber is told the unit closed, even one that got
+            // nothing of it: the upstream lost history here, and a plain
+            // bookmark would claim nothing it might have seen happened.
+            // The same closing bookmark for all, so it is shared.
+            *self = Resume::At(rv);
+            return Some(Delivery {
+                unchanged: Some(Unchanged(event.clone())),
+                ..bookmark(store, rv, Marker::ResyncEnd, spec.projection)
+            });
+        }
+        if event.resync
+            && let Resume::At(before) = *self
+        {
+            *self = Resume::InUnit { before };
+        }
+        let delivery = deliver(store, spec, event)?;
+        if let Resume::At(_) = self {
+            *self = Resume::At(rv);
+        }
+        Some(delivery)
+    }
+}
+
+/// What woke a waiting subscriber.
+enum Wake {
+    /// The store's head moved, or the store is gone.
+    Changed { store_gone: bool },
+    /// An event concerning this indexed subscriber was appended, or the
+    /// store is closing.
+    Marked,
+    /// The progress-bookmark timer fired (perhaps early; see its re-arming).
+    Progress,
+}
+
+impl Live {
+    /// Following the ring from position `cursor`, at resume point `rv`.
+    pub(super) fn new(cx: &Context, cursor: u64, rv: ResourceVersion) -> Self {
+        let head = *cx.head.borrow();
+        // The bytes up to the cursor: the head's, less what came after it.
+        let cursor_bytes = match cx.store.read_after(cursor, 1) {
+            Ok(next) => next.first().map_or(head.bytes, |e| e.bytes_before()),
+            Err(_) => head.bytes,
+        };
+        let now = Instant::now();
+        Live {
+            cursor,
+            cursor_bytes,
+            resume: Resume::At(rv),
+            read_rv: rv,
+            // A catch-up read from the start position: see
+            // `crate::dispatch`.
+            phase: Phase::CatchingUp {
+                pending: VecDeque::new(),
+                last_sent: LastSent::At(now),
+            },
+            progress: Box::pin(tokio::time::sleep_until(sooner(
+                now + cx.limits.progress_interval,
+                cx.retire_at,
+            ))),
+            lag: LagBound::new(head.seq.max(cursor), head.bytes.max(cursor_bytes)),
+            // Registered after the start position is fixed, and followed
+            // by a catch-up read from it: see `crate::dispatch`.
+            interest: cx
+                .store
+                .dispatch()
+                .register(cx.spec.filter.pinned(), cx.spec.filter.required_labels()),
+        }
+    }
+
+    /// The next live delivery, or the error that ends the stream: steps
+    /// the [`Phase`] until one comes. The stream ends at `cx.retire_at`,
+    /// the connection's retirement, which the progress timer never passes.
+    pub(super) async fn follow(&mut self, cx: &mut Context) -> Result<Delivery, WatchError> {
+        loop {
+            let delivery = match self.phase {
+                Phase::CatchingUp { .. } => self.catch_up(cx)?,
+                Phase::Waiting { last_sent } => self.wait(cx, last_sent).await?,
+                Phase::Woken { last_sent } => {
+                    self.woken(cx, last_sent)?;
+                    None
+                }
+            };
+            if let Some(delivery) = delivery {
+                return Ok(delivery);
+            }
+        }
+    }
+
+    /// `CatchingUp`: hands out the next pending event that the subscriber
+    /// receives; with none left, reads on from the cursor.
+    fn catch_up(&mut self, cx: &mut Context) -> Result<Option<Delivery>, WatchError> {
+        let Phase::CatchingUp { pending, last_sent } = &mut self.phase else {
+            // Only stepped in this phase (see `follow`).
+            return Ok(None);
+        };
+        // Before every delivery, so that events already read do not keep a
+        // closing stream going. An atomic load of a flag written once: no
+        // lock shared with the other subscribers.
+        if cx.store.is_closing() {
+            return Err(self.shutting_down());
+        }
+        while let Some(event) = pending.pop_front() {
+            self.cursor = event.seq;
+            self.cursor_bytes = event.bytes_through;
+            self.read_rv = event.resource_version;
+            if let Some(delivery) = self.resume.handle(&cx.store, &cx.spec, &event) {
+                *last_sent = LastSent::SinceLastWait;
+                return Ok(Some(delivery));
+            }
+        }
+        let last_sent = *last_sent;
+        let head = self.head(cx)?;
+        self.read_on(cx, self.cursor, &head, last_sent)?;
+        Ok(None)
+    }
+
+    /// `Woken`: an unindexed subscriber reads on from its cursor; an indexed
+    /// one reads from the event before the first that concerns it if it
+    /// has a mark to take, and otherwise skips to the head and waits again.
+    fn woken(&mut self, cx: &mut Context, last_sent: Instant) -> Result<(), WatchError> {
+        let head = self.head(cx)?;
+        if !self.interest.is_indexed() {
+            return self.read_on(cx, self.cursor, &head, LastSent::At(last_sent));
+        }
+        match self.interest.take() {
+            0 => {
+                let from = self.cursor;
+                self.skip_to(&head);
+                // After a skip the cursor's bytes are not known until the
+                // read: the bound is checked again before the next one.
+                if from == self.cursor && self.lag_exceeded(cx, &head) {
+                    return Err(self.lagged());
+                }
+                self.phase = Phase::Waiting { last_sent };
+                Ok(())
+            }
+            first => {
+                let from = self.cursor.max(first - 1);
+                self.read_on(cx, from, &head, LastSent::At(last_sent))
+            }
+        }
+    }
+
+    /// Reads the ring on from `from` (after checking the lag bound, if
+    /// `from` is the cursor): its events are handed out next; with none,
+    /// the subscriber waits.
+    fn read_on(
+        &mut self,
+        cx: &Context,
+        from: u64,
+        head: &Head,
+        last_sent: LastSent,
+    ) -> Result<(), WatchError> {
+        if from == self.cursor && self.lag_exceeded(cx, head) {
+            return Err(self.lagged());
+        }
+        self.phase = match cx.store.read_after(from, BATCH) {
+            Err(_) => return Err(self.lagged()),
+            Ok(events) if !events.is_empty() => Phase::CatchingUp {
+                pending: events.into(),
+                last_sent,
+            },
+            Ok(_) => Phase::Waiting {
+                last_sent: last_sent.stamp(),
+            },
+        };
+        Ok(())
+    }
+
+    /// `Waiting`: waits for the store to move or close, its mark, or the
+    /// progress timer; `last_sent` is when the subscriber was last sent
+    /// something. A due progress bookmark is returned.
+    async fn wait(
+        &mut self,
+        cx: &mut Context,
+        last_sent: Instant,
+    ) -> Result<Option<Delivery>, WatchError> {
+        let indexed = self.interest.is_indexed();
+        let wake = tokio::select! {
+            changed = cx.head.changed(), if !indexed => Wake::Changed { store_gone: changed.is_err() },
+            () = self.interest.marked() => Wake::Marked,
+            () = self.progress.as_mut() => Wake::Progress,
+        };
+        self.phase = Phase::Woken { last_sent };
+        match wake {
+            // A store gone away goes with the server: a shutdown too.
+            Wake::Changed { store_gone: true } => Err(self.shutting_down()),
+            Wake::Changed { store_gone: false } | Wake::Marked => {
+                cx.store.dispatch().woken();
+                if !cx.limits.min_send_interval.is_zero() {
+                    // `last_sent` was stamped as the subscriber began to
+                    // wait, right after its last delivery went to the
+                    // transport.
+                    let earliest = last_sent + cx.limits.min_send_interval;
+                    if Instant::now() < earliest {
+                        tokio::time::sleep_until(earliest).await;
+                    }
+                }
+                Ok(None)
+            }
+            Wake::Progress => self.progress(cx, last_sent),
+        }
+    }
+
+    /// The progress timer fired: ends the stream at the connection's
+    /// retirement, or sends a progress bookmark once one is due and says
+    /// something new, or re-arms the timer for when it is due.
+    fn progress(
+        &mut self,
+        cx: &Context,
+        last_sent: Instant,
+    ) -> Result<Option<Delivery>, WatchError> {
+        if cx.retire_at.is_some_and(|at| Instant::now() >= at) {
+            return Err(WatchError::ConnectionRetired {
+                resume_from: self.resume.rv(),
+            });
+        }
+        let due = last_sent + cx.limits.progress_interval;
+        if Instant::now() < due {
+            self.progress.as_mut().reset(sooner(due, cx.retire_at));
+            return Ok(None);
+        }
+        // A quiet indexed subscriber catches up with the head here, without
+        // reading the ring (it is not catching up while it waits; see
+        // `crate::dispatch`).
+        if self.interest.is_indexed() {
+            let head = *cx.head.borrow();
+            if !self.interest.is_marked() {
+                self.skip_to(&head);
+            }
+        }
+        let last_sent = Instant::now();
+        self.phase = Phase::Woken { last_sent };
+        let deadline = last_sent + cx.limits.progress_interval;
+        self.progress.as_mut().reset(sooner(deadline, cx.retire_at));
+        // Never inside a unit: its RV is no resume point yet.
+        match self.resume {
+            Resume::At(resume_from) if cx.spec.allow_bookmarks && self.read_rv > resume_from => {
+                self.resume = Resume::At(self.read_rv);
+                Ok(Some(bookmark(
+                    &cx.store,
+                    self.read_rv,
+                    Marker::None,
+                    cx.spec.projection,
+                )))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The store's head, read (and marked seen) before a read or a skip.
+    fn head(&self, cx: &mut Context) -> Result<Head, WatchError> {
+        let head = *cx.head.borrow_and_update();
+        // Checked again after the head is read: a close's change of the
+        // head's version is either taken by that read, and then its flag
+        // (set before the change) is seen here, or still unseen by
+        // `head.changed()` while waiting, which then wakes. Without this,
+        // an unindexed subscriber could take the change without seeing the
+        // flag, and sleep until its progress tick.
+        if cx.store.is_closing() {
+            return Err(self.shutting_down());
+        }
+        Ok(head)
+    }
+
+    /// Moves an indexed subscriber's cursor to `head` when nothing up to it
+    /// concerns the subscriber (see `crate::dispatch`).
+    fn skip_to(&mut self, head: &Head) {
+        if head.seq > self.cursor {
+            self.cursor = head.seq;
+            self.cursor_bytes = head.bytes;
+            self.read_rv = self.read_rv.max(head.resource_version);
+        }
+    }
+
+    fn lag_exceeded(&mut self, cx: &Context, head: &Head) -> bool {
+        self.lag.exceeded(
+            &cx.store,
+            &cx.spec,
+            &cx.limits,
+            head,
+            self.cursor,
+            self.cursor_bytes,
+        )
+    }
+
+    fn shutting_down(&self) -> WatchError {
+        WatchError::ShuttingDown {
+            resume_from: self.resume.rv(),
+        }
+    }
+
+    fn lagged(&self) -> WatchError {
+        WatchError::Lagged {
+            resume_from: self.resume.rv(),
+        }
+    }
+}
+
+/// The progress timer's deadline: `due`, or the connection's retirement
+/// if that comes first.
+fn sooner(due: Instant, retire_at: Option<Instant>) -> Instant {
+    retire_at.map_or(due, |at| due.min(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use futures::{Stream, StreamExt};
+
+    use tokio::time::Instant;
+
+    use crate::{
+        event::EventKind,
+        object::ResourceVersion,
+        projection::Projection,
+        store::{
+            Store,
+            tests::{configmaps, empty_store, object},
+        },
+        subscription::{
+            Delivery, Limits, Start, WatchError, WatchSpec,
+            delivery::{Marker, bookmark},
+            tests::{deliveries, ready, spec, stream_of, watch},
+            watch_on,
+        },
+    };
+
+    /// With a minimum send interval, events that wake a subscriber sooner
+    /// than that after its last delivery wait for the interval's end and
+    /// go out together; an event after a longer quiet goes at once.
+    #[tokio::test(start_paused = true)]
+    async fn events_within_the_min_send_interval_go_out_together_at_its_end() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let limits = Limits {
+            min_send_interval: Duration::from_millis(10),
+            ..Limits::default()
+        };
+        let mut stream = Box::pin(watch(store.clone(), spec("", Start::Latest, false), limits));
+        /// The next delivery's RV, if one comes within `ms`.
+        async fn next(
+            stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+            ms: u64,
+        ) -> Option<u64> {
+            let item = tokio::time::timeout(Duration::from_millis(ms), stream.next()).await;
+            item.ok().flatten().map(|d| d.unwrap().resource_version.0)
+        }
+        // Whatever the start sends (a snapshot of "a"), then a quiet longer
+        // than the interval: the next event goes at once.
+        while next(&mut stream, 1).await.is_some() {}
+        tokio::time::advance(Duration::from_millis(20)).await;
+        store.apply(EventKind::Modified, object("a", 2, "{}"));
+        let sent = Instant::now();
+        assert_eq!(next(&mut stream, 1).await, Some(2));
+        // The subscriber waits again (and stamps its last send) here.
+        assert_eq!(next(&mut stream, 1).await, None);
+        store.apply(EventKind::Modified, object("a", 3, "{}"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        store.apply(EventKind::Modified, object("a", 4, "{}"));
+        assert_eq!(
+            next(&mut stream, 6).await,
+            None,
+            "before the interval's end"
+        );
+        assert_eq!(next(&mut stream, 10).await, Some(3));
+        assert_eq!(Instant::now() - sent, Duration::from_millis(10));
+        assert_eq!(next(&mut stream, 0).await, Some(4), "in the same batch");
+        // 5 ms after that batch: waits the other 5.
+        assert_eq!(next(&mut stream, 5).await, None);
+        store.apply(EventKind::Modified, object("a", 5, "{}"));
+        assert_eq!(next(&mut stream, 4).await, None);
+        assert_eq!(next(&mut stream, 1).await, Some(5));
+        assert_eq!(Instant::now() - sent, Duration::from_millis(20));
+    }
+
+    /// A watch on a retired connection ends at the retirement, not before,
+    /// whatever its progress timer says, with its resume point; one inside
+    /// a snapshot finishes the snapshot first.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_ends_when_its_connection_is_retired_with_its_resume_point() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let limits = Limits {
+            progress_interval: Duration::from_secs(4),
+            ..Limits::default()
+        };
+        let start = Instant::now();
+        let retire_at = start + Duration::from_secs(10);
+        let mut stream = Box::pin(watch_on(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(1)), false),
+            limits,
+            None,
+            Some(retire_at),
+        ));
+        store.apply(EventKind::Modified, object("a", 2, "{}"));
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.resource_version, ResourceVersion(2));
+        // Progress bookmarks come and go; the stream stays until 10 s.
+        tokio::time::advance(Duration::from_secs(7)).await;
+        store.apply(EventKind::Modified, object("a", 3, "{}"));
+        let mut rvs = Vec::new();
+        let ended = loop {
+            match stream.next().await.unwrap() {
+                Ok(delivery) => rvs.push(delivery.resource_version.0),
+                Err(err) => break err,
+            }
+        };
+        assert_eq!(rvs, [3]);
+        assert_eq!(Instant::now(), retire_at);
+        assert_eq!(
+            ended,
+            WatchError::ConnectionRetired {
+                resume_from: ResourceVersion(3)
+            }
+        );
+        assert_eq!(ended.reason(), "ConnectionRetired");
+        assert!(stream.next().await.is_none());
+
+        // Started after its connection's retirement, with a snapshot: the
+        // snapshot and its end bookmark go out, then the stream ends.
+        let mut late = Box::pin(watch_on(
+            store.clone(),
+            WatchSpec {
+                send_initial_events: true,
+                ..spec("", Start::Latest, false)
+            },
+            limits,
+            None,
+            Some(start),
+        ));
+        let mut delivered = Vec::new();
+        while let Some(Ok(delivery)) = late.next().await {
+            delivered.push(delivery.resource_version.0);
+        }
+        assert_eq!(delivered, [3, 3], "the object, then the end bookmark");
+        assert_eq!(Instant::now(), retire_at, "no wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resuming_delivers_exactly_the_changes_after_the_rv() {
+        let store = empty_store();
+        for rv in 2..=6 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+        ));
+        assert_eq!(
+            ready(&mut stream).await,
+            [Ok((EventKind::Added, 5)), Ok((EventKind::Added, 6))]
+        );
+        store.apply(EventKind::Added, object("o7", 7, "{}"));
+        let seen = ready(&mut stream).await;
+        assert_eq!(seen, [Ok((EventKind::Added, 7))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_filtered_subscriber_gets_progress_bookmarks_that_keep_its_rv_fresh() {
+        let store = empty_store();
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("app=mine", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        ));
+        let next = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let first = stream.next().await;
+            (started.elapsed(), first, stream)
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Changes this subscriber's filter hides.
+        store.apply(EventKind::Added, object("other", 2, r#"{"app":"theirs"}"#));
+        store.apply(
+            EventKind::Modified,
+            object("other", 3, r#"{"app":"theirs"}"#),
+        );
+        let (waited, first, mut stream) = next.await.unwrap();
+        assert_eq!(waited, Limits::default().progress_interval);
+        assert_eq!(
+            first,
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(3),
+                Marker::None,
+                Projection::Full
+            )))
+        );
+        // Nothing new was read: no bookmark that says nothing.
+        store.apply(EventKind::Added, object("mine", 4, r#"{"app":"mine"}"#));
+        assert_eq!(ready(&mut stream).await, [Ok((EventKind::Added, 4))]);
+    }
+
+    /// Finding 1 of issue 8: a re-sync was published as ordinary events at
+    /// the objects' RVs, so a subscriber held states the API server never
+    /// had. Now it is one flagged unit at the list's RV, filtered, closed
+    /// by a flagged bookmark.
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_reaches_each_subscriber_as_one_flagged_unit() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![
+                object("a", 1, r#"{"app":"x"}"#),
+                object("b", 2, r#"{"app":"x"}"#),
+                object("c", 3, r#"{"app":"y"}"#),
+            ],
+            ResourceVersion(3),
+        );
+        let mut mine = stream_of(
+            &store,
+            spec("app=x", Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        );
+        let mut others = stream_of(
+            &store,
+            spec("app=z", Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        );
+        let mut quiet = stream_of(
+            &store,
+            WatchSpec {
+                allow_bookmarks: false,
+                ..spec("app=z", Start::At(ResourceVersion(3)), false)
+            },
+            Limits::default(),
+        );
+        assert!(deliveries(&mut mine).await.is_empty());
+        // Upstream, while the watch was down: a deleted, b relabelled, c
+        // changed, d created (at RVs 4..7); the relist sees the net result.
+        store.replace(
+            vec![
+                object("b", 5, r#"{"app":"y"}"#),
+                object("c", 6, r#"{"app":"y","v":"2"}"#),
+                object("d", 7, r#"{"app":"x"}"#),
+            ],
+            ResourceVersion(9),
+        );
+        use EventKind::*;
+        assert_eq!(
+            deliveries(&mut mine).await,
+            [
+                Ok((Deleted, 9, true, "a".into())),
+                Ok((Deleted, 9, true, "b".into())),
+                Ok((Added, 9, true, "d".into())),
+                Ok((Bookmark, 9, true, String::new())),
+            ]
+        );
+        // Nothing of the unit concerns these: they still get its close, with
+        // bookmarks off too, since the upstream lost history here.
+        for stream in [&mut others, &mut quiet] {
+            assert_eq!(
+                deliveries(stream).await,
+                [Ok((Bookmark, 9, true, String::new()))]
+            );
+        }
+        // Live events after the unit are ordinary again.
+        store.apply(Modified, object("d", 10, r#"{"app":"x"}"#));
+        assert_eq!(
+            deliveries(&mut mine).await,
+            [Ok((Modified, 10, false, "d".into()))]
+        );
+    }
+
+    /// An error in the middle of a unit names the point before it, and a
+    /// resume from there (on another replica with the same history, as
+    /// this one is stopping) gets the unit again, whole.
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_stopped_inside_a_unit_resumes_before_it() {
+        let replica = || {
+            let store = Arc::new(Store::new(configmaps(), 100));
+            store.replace(vec![object("a", 1, "{}")], ResourceVersion(4));
+            store.replace(
+                vec![object("b", 5, "{}"), object("c", 6, "{}")],
+                ResourceVersion(8),
+            );
+            store
+        };
+        let store = replica();
+        let mut stream = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+        );
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!((first.kind, first.resync), (EventKind::Deleted, true));
+        store.close_subscribers();
+        assert_eq!(
+            stream.next().await,
+            Some(Err(WatchError::ShuttingDown {
+                resume_from: ResourceVersion(4)
+            }))
+        );
+        let other = replica();
+        let mut again = stream_of(
+            &other,
+            spec("", Start::At(ResourceVersion(4)), false),
+            Limits::default(),
+        );
+        assert_eq!(
+            deliveries(&mut again).await.len(),
+            4,
+            "the whole unit again"
+        );
+    }
+
+    /// The progress interval counts from the last thing sent, not from
+    /// when the timer was armed: a subscriber sent an event at 30 s gets
+    /// its progress bookmark at 90 s, not at 60 s.
+    #[tokio::test(start_paused = true)]
+    async fn the_progress_interval_counts_from_the_last_delivery() {
+        let store = empty_store();
+        let mut stream = stream_of(
+            &store,
+            spec("app=mine", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        );
+        let started = tokio::time::Instant::now();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(30), stream.next())
+                .await
+                .is_err(),
+            "nothing to send in the first 30 s"
+        );
+        store.apply(EventKind::Added, object("mine", 2, r#"{"app":"mine"}"#));
+        let sent = stream.next().await.unwrap().unwrap();
+        assert_eq!((sent.kind, sent.resource_version.0), (EventKind::Added, 2));
+        store.apply(EventKind::Added, object("theirs", 3, r#"{"app":"theirs"}"#));
+        let progress = stream.next().await;
+        assert_eq!(started.elapsed(), Duration::from_secs(90));
+        assert_eq!(
+            progress,
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(3),
+                Marker::None,
+                Projection::default()
+            )))
+        );
+    }
+
+    /// A progress bookmark promises something new: none while nothing was
+    /// read since the last resume point, and none at all with bookmarks off.
+    #[tokio::test(start_paused = true)]
+    async fn no_progress_bookmark_without_news_or_with_bookmarks_off() {
+        let store = empty_store();
+        store.apply(EventKind::Added, object("theirs", 2, r#"{"app":"theirs"}"#));
+        let hidden = |start| spec("app=mine", Start::At(ResourceVersion(start)), false);
+        let long = 3 * Limits::default().progress_interval;
+        // Read nothing after its start.
+        let mut idle = stream_of(&store, hidden(2), Limits::default());
+        assert!(tokio::time::timeout(long, idle.next()).await.is_err());
+        // Read the hidden change, but asked for no bookmarks.
+        let mut off = stream_of(
+            &store,
+            WatchSpec {
+                allow_bookmarks: false,
+                ..hidden(1)
+            },
+            Limits::default(),
+        );
+        assert!(tokio::time::timeout(long, off.next()).await.is_err());
+        // The same with bookmarks on is told it moved past the change.
+        let mut on = stream_of(&store, hidden(1), Limits::default());
+        assert_eq!(
+            on.next().await,
+            Some(Ok(bookmark(
+                &store,
+                ResourceVersion(2),
+                Marker::None,
+                Projection::default()
+            )))
+        );
+    }
+}
