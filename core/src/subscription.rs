@@ -863,7 +863,7 @@ pub(crate) mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::store::tests::{configmaps, empty_store, object};
+    use crate::fixtures::{configmaps, empty_store, object};
 
     fn spec(label_selector: &str, start: Start, send_initial_events: bool) -> WatchSpec {
         WatchSpec {
