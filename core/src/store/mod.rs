@@ -165,7 +165,7 @@ impl Store {
 
     /// An empty, unsynced store keeping the history `limits` allow, its
     /// subscribers indexed by the type's default fields.
-    pub fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
+    fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
         let fields = IndexedField::for_type(&resource, &[])
             .expect("the default indexed fields are every type's own");
         Self::with_index(resource, limits, fields)
@@ -339,7 +339,7 @@ impl Store {
     /// Ends every subscription of this store, open or yet to open, with
     /// `ShuttingDown` at its next step: the server is stopping.
     ///
-    /// A subscription checks [`Store::is_closing`] before each delivery and
+    /// A subscription checks `Store::is_closing` before each delivery and
     /// again after it reads the head (before it reads the ring or waits),
     /// and waits on the head (unindexed) or on its mark's wake-up
     /// (indexed). The flag is set before both are woken (a change of the
@@ -357,7 +357,7 @@ impl Store {
     }
 
     /// Whether [`Store::close_subscribers`] was called.
-    pub fn is_closing(&self) -> bool {
+    pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
 
@@ -391,7 +391,7 @@ impl Store {
     /// The exact state at `rv`, rewound from the current state by undoing
     /// the ring's newer events. Fails as Expired once the ring no longer
     /// reaches back to `rv`, and as InGap inside a re-sync gap.
-    pub fn snapshot_at(&self, rv: ResourceVersion) -> Result<Snapshot, ReadError> {
+    pub(crate) fn snapshot_at(&self, rv: ResourceVersion) -> Result<Snapshot, ReadError> {
         let now = self.snapshot();
         if rv > now.resource_version {
             return Err(ReadError::TooLarge {
@@ -415,7 +415,7 @@ impl Store {
     }
 
     /// The ring position from which a watch resuming after `rv` continues.
-    pub fn cursor_after(&self, rv: ResourceVersion) -> Result<u64, ReadError> {
+    pub(crate) fn cursor_after(&self, rv: ResourceVersion) -> Result<u64, ReadError> {
         self.ring.lock().cursor_after(rv)
     }
 

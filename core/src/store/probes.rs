@@ -24,10 +24,11 @@ pub(crate) struct Probes {
     comparison_threads: AtomicUsize,
 }
 
-/// The store's test observer (empty outside tests).
+/// The store's test observer (empty outside tests; braced, so that the
+/// store builds it with `Default` in both forms).
 #[cfg(not(test))]
 #[derive(Debug, Default)]
-pub(crate) struct Probes;
+pub(crate) struct Probes {}
 
 #[cfg(test)]
 impl Probes {

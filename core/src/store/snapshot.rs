@@ -3,6 +3,9 @@
 //! in between replayed over it (and an open unit undone), the sharing of
 //! one copy by every snapshot at the same position, and the rewinding of a
 //! snapshot to an older resourceVersion.
+//!
+//! The tests open with the races that prove it: a writer, then relists,
+//! against readers, every snapshot checked against a replay of the writes.
 
 use std::{
     collections::HashMap,
