@@ -436,7 +436,19 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{configmaps, object};
+    use crate::fixtures::{configmaps, empty_store, object};
+
+    /// The dispatch tests prove a subscriber did not read the ring by the
+    /// count of ring reads staying put: the count must move on a read, or
+    /// those checks could not fail.
+    #[test]
+    fn every_ring_read_is_counted_for_the_tests_that_prove_none_happened() {
+        let store = empty_store();
+        store.apply(EventKind::Added, object("a", 2, "{}"));
+        let before = store.probes().reads();
+        assert_eq!(store.read_after(0, 10).map(|e| e.len()), Ok(1));
+        assert_eq!(store.probes().reads(), before + 1);
+    }
 
     /// The plain accessors: object count, lookup by key, and the debug
     /// form that logs show (the resource and the head).
