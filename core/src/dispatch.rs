@@ -539,7 +539,7 @@ impl Drop for Interest {
 
 #[cfg(test)]
 mod tests {
-    use std::{sync::atomic::Ordering::Relaxed, time::Duration};
+    use std::time::Duration;
 
     use futures::{Stream, StreamExt};
 
@@ -548,12 +548,10 @@ mod tests {
         event::EventKind,
         fields::SelectableFields,
         filter::Filter,
+        fixtures::{configmaps, empty_store, object_in},
         object::{Object, ResourceVersion, Transform, TypeMeta},
         projection::Projection,
-        store::{
-            HistoryLimits, Store,
-            tests::{configmaps, empty_store, object_in},
-        },
+        store::{HistoryLimits, Store},
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
             tests::{deliveries as ready, stream_of, watch},
@@ -584,7 +582,7 @@ mod tests {
     }
 
     fn counts(store: &Store) -> (u64, u64) {
-        (store.dispatch().status().wakeups, store.reads.load(Relaxed))
+        (store.dispatch().status().wakeups, store.probes().reads())
     }
 
     #[tokio::test(start_paused = true)]

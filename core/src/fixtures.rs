@@ -1,9 +1,17 @@
 //! Test fixtures shared by the unit tests of this crate and of the crates
 //! above it (feature `fixtures`): the ConfigMap type, objects of it and an
-//! empty store.
+//! empty store; and, for this crate's tests only, the views of snapshots
+//! and events the store's tests compare.
 
+#[cfg(test)]
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+#[cfg(test)]
+use crate::{
+    event::{Event, EventKind},
+    store::Snapshot,
+};
 use crate::{
     fields::SelectableFields,
     object::{Object, ResourceVersion, Transform, TypeMeta},
@@ -51,4 +59,42 @@ pub fn object_in(namespace: &str, name: &str, rv: u64, labels: &str) -> Object {
         Transform::default(),
     )
     .unwrap()
+}
+
+/// Keeps `snapshot` for checking unless it shares the copy of the one
+/// before: a reader that finds the ring where it was gets the same
+/// copy again, as fast as it can ask, and one check of it is enough.
+#[cfg(test)]
+pub(crate) fn keep_new(snapshots: &mut Vec<Snapshot>, snapshot: Snapshot) {
+    if snapshots
+        .last()
+        .is_none_or(|last| !Arc::ptr_eq(&last.objects, &snapshot.objects))
+    {
+        snapshots.push(snapshot);
+    }
+}
+
+/// The objects' keys and resourceVersions, for comparing states.
+#[cfg(test)]
+pub(crate) fn contents(objects: &[Arc<Object>]) -> BTreeMap<String, u64> {
+    objects
+        .iter()
+        .map(|o| (o.key.clone(), o.resource_version.0))
+        .collect()
+}
+
+/// (kind, name, RV, resync) of events.
+#[cfg(test)]
+pub(crate) fn seen(events: &[Arc<Event>]) -> Vec<(EventKind, &str, u64, bool)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.object.as_ref().map_or("", |o| o.name.as_str()),
+                e.resource_version.0,
+                e.resync,
+            )
+        })
+        .collect()
 }

@@ -216,7 +216,7 @@ mod tests {
     use super::*;
     use crate::{
         event::EventKind,
-        store::tests::{configmaps, object},
+        fixtures::{configmaps, object},
     };
 
     fn no_bytes(_: &Object) -> u64 {

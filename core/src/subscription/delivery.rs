@@ -149,10 +149,8 @@ mod tests {
     use crate::{
         event::EventKind,
         object::ResourceVersion,
-        store::{
-            Store,
-            tests::{configmaps, object},
-        },
+        fixtures::{configmaps, object},
+        store::{Store},
         subscription::{
             Delivery, Limits, Start, WatchError,
             delivery::Unchanged,

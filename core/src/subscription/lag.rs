@@ -98,10 +98,8 @@ mod tests {
         event::EventKind,
         object::{Object, ResourceVersion},
         projection::Projection,
-        store::{
-            Store,
-            tests::{configmaps, empty_store, object},
-        },
+        fixtures::{configmaps, empty_store, object},
+        store::{Store},
         subscription::{
             Limits, Start, WatchError, WatchSpec,
             tests::{deliveries, ready, spec, stream_of, watch},

@@ -455,10 +455,8 @@ mod tests {
         event::EventKind,
         object::ResourceVersion,
         projection::Projection,
-        store::{
-            Store,
-            tests::{configmaps, empty_store, object},
-        },
+        fixtures::{configmaps, empty_store, object},
+        store::{Store},
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
             delivery::{Marker, bookmark},

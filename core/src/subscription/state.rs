@@ -227,10 +227,8 @@ mod tests {
         event::EventKind,
         filter::Filter,
         object::ResourceVersion,
-        store::{
-            ReadError, Store,
-            tests::{configmaps, object},
-        },
+        fixtures::{configmaps, object},
+        store::{ReadError, Store},
         subscription::{
             Limits, Start, WatchError, WatchSpec,
             tests::{deliveries, ready, spec, stream_of, watch},
