@@ -4,9 +4,10 @@
 //! client-go's rules produce. Time is paused: backoffs are measured, not
 //! slept.
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, fmt, time::Duration};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::Frame;
@@ -15,7 +16,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tower_test::mock::{Handle, SendResponse};
 
 use super::*;
-use kube_fanout_core::fixtures::configmaps;
+use crate::{list::Paging, watch::VERY_SHORT_WATCH, watch_list::differences};
+use kube_fanout_core::{
+    fixtures::configmaps,
+    object::{Transform, TypeMeta},
+};
 
 type MockBody = BoxBody<Bytes, std::io::Error>;
 type MockHandle = Handle<Request<kube::client::Body>, Response<MockBody>>;
@@ -119,7 +124,7 @@ fn keys(store: &Store) -> Vec<String> {
 async fn the_first_list_is_at_rv_0_and_the_watch_starts_at_its_rv_with_bookmarks() {
     let (mut reflector, store, mut handle) = setup(list_watch());
     let run = tokio::spawn(async move {
-        let watch = reflector.step(State::List).await;
+        let watch = reflector.step(State::List(SyncPoint::Start)).await;
         reflector.step(watch).await;
         reflector
     });
@@ -172,9 +177,10 @@ async fn watch_timeouts_are_drawn_from_min_to_twice_min_and_min_is_never_below_f
 async fn a_relist_asks_for_the_last_synced_rv_unpaged_and_after_expired_relists_at_once_at_rv_empty()
  {
     let (mut reflector, store, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(40));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::List).await;
+        let next = reflector
+            .step(State::List(SyncPoint::At(ResourceVersion(40))))
+            .await;
         (reflector, next)
     });
     let (query, send) = next(&mut handle).await;
@@ -193,11 +199,10 @@ async fn a_relist_asks_for_the_last_synced_rv_unpaged_and_after_expired_relists_
     assert_eq!(query.get("limit").map(String::as_str), Some("500"));
     send.send_response(full(200, list(60, &[cm("a", 55)], "")));
     let (reflector, next_state) = run.await.unwrap();
-    assert!(matches!(next_state, State::Watch(None)));
     assert_eq!(store.head().resource_version, ResourceVersion(60));
     assert!(
-        !reflector.last_sync_unavailable,
-        "the flag clears after a successful list"
+        matches!(next_state, State::Watch(ResourceVersion(60))),
+        "a successful list is the sync point, no longer unavailable: {next_state:?}"
     );
     assert_eq!(reflector.status.lock().last_list_from.as_deref(), Some(""));
 }
@@ -205,8 +210,11 @@ async fn a_relist_asks_for_the_last_synced_rv_unpaged_and_after_expired_relists_
 #[tokio::test(start_paused = true)]
 async fn too_large_resource_version_in_its_old_timeout_form_also_relists_at_rv_empty() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(40));
-    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let run = tokio::spawn(async move {
+        reflector
+            .step(State::List(SyncPoint::At(ResourceVersion(40))))
+            .await
+    });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(
         504,
@@ -219,15 +227,15 @@ async fn too_large_resource_version_in_its_old_timeout_form_also_relists_at_rv_e
     let (query, send) = next(&mut handle).await;
     assert_eq!(query["resourceVersion"], "");
     send.send_response(full(200, list(30, &[], "")));
-    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    assert!(matches!(run.await.unwrap(), State::Watch(_)));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_paging() {
     let (mut reflector, store, mut handle) = setup(list_watch());
     let run = tokio::spawn(async move {
-        reflector.step(State::List).await;
-        reflector.step(State::List).await;
+        let watch = reflector.step(State::List(SyncPoint::Start)).await;
+        reflector.step(relist(watch)).await;
         reflector
     });
     let (query, send) = next(&mut handle).await;
@@ -253,7 +261,7 @@ async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_pag
     );
     send.send_response(full(200, list(12, &[cm("b", 6)], "")));
     let reflector = run.await.unwrap();
-    assert!(reflector.paginated_result);
+    assert_eq!(reflector.paging, Paging::NoWatchCache);
     assert_eq!(
         reflector.status.lock().last_list_requests,
         1,
@@ -268,8 +276,11 @@ async fn a_configured_page_size_is_used_for_every_list() {
         page_size: Some(7),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(3));
-    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let run = tokio::spawn(async move {
+        reflector
+            .step(State::List(SyncPoint::At(ResourceVersion(3))))
+            .await
+    });
     let (query, send) = next(&mut handle).await;
     assert_eq!(
         (query["resourceVersion"].as_str(), query["limit"].as_str()),
@@ -282,7 +293,7 @@ async fn a_configured_page_size_is_used_for_every_list() {
 #[tokio::test(start_paused = true)]
 async fn an_expired_continue_token_falls_back_to_a_full_list() {
     let (mut reflector, store, mut handle) = setup(list_watch());
-    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let run = tokio::spawn(async move { reflector.step(State::List(SyncPoint::Start)).await });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(200, list(10, &[cm("a", 5)], "token-1")));
     let (query, send) = next(&mut handle).await;
@@ -295,16 +306,15 @@ async fn an_expired_continue_token_falls_back_to_a_full_list() {
     assert_eq!(query.get("limit"), None, "the fallback is one full list");
     assert_eq!(query["resourceVersion"], "0");
     send.send_response(full(200, list(11, &[cm("a", 5), cm("b", 11)], "")));
-    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    assert!(matches!(run.await.unwrap(), State::Watch(_)));
     assert_eq!(keys(&store), ["ns/a", "ns/b"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn too_many_requests_backs_off_at_least_retry_after_and_rewatches_without_relisting() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move {
-        let backoff = reflector.step(State::Watch(None)).await;
+        let backoff = reflector.step(State::Watch(ResourceVersion(10))).await;
         let started = Instant::now();
         let next = reflector.step(backoff).await;
         (started.elapsed(), next)
@@ -317,15 +327,14 @@ async fn too_many_requests_backs_off_at_least_retry_after_and_rewatches_without_
     send.send_response(response);
     let (waited, next_state) = run.await.unwrap();
     assert!(waited >= Duration::from_secs(7), "waited only {waited:?}");
-    assert!(matches!(next_state, State::Watch(None)), "{next_state:?}");
+    assert!(matches!(next_state, State::Watch(_)), "{next_state:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_connection_backs_off_and_rewatches_from_the_last_rv() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move {
-        let backoff = reflector.step(State::Watch(None)).await;
+        let backoff = reflector.step(State::Watch(ResourceVersion(10))).await;
         let State::Backoff { delay, then } = backoff else {
             panic!("expected a backoff, got {backoff:?}")
         };
@@ -354,11 +363,10 @@ async fn internal_errors_are_retried_at_once_until_the_deadline_then_relist() {
         max_internal_error_retry: Duration::from_secs(30),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move {
         let mut states = Vec::new();
         for _ in 0..2 {
-            states.push(reflector.step(State::Watch(None)).await);
+            states.push(reflector.step(State::Watch(ResourceVersion(10))).await);
             tokio::time::sleep(Duration::from_secs(35)).await;
         }
         states
@@ -372,12 +380,12 @@ async fn internal_errors_are_retried_at_once_until_the_deadline_then_relist() {
     }
     let states = run.await.unwrap();
     assert!(
-        matches!(states[0], State::Watch(None)),
+        matches!(states[0], State::Watch(_)),
         "retried at once: {:?}",
         states[0]
     );
     assert!(
-        matches!(&states[1], State::Backoff { then, .. } if matches!(**then, State::List)),
+        matches!(&states[1], State::Backoff { then, .. } if matches!(**then, State::List(_))),
         "past the deadline: {:?}",
         states[1]
     );
@@ -386,13 +394,12 @@ async fn internal_errors_are_retried_at_once_until_the_deadline_then_relist() {
 #[tokio::test(start_paused = true)]
 async fn a_very_short_watch_is_an_error_that_backs_off_and_relists() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
-    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let run = tokio::spawn(async move { reflector.step(State::Watch(ResourceVersion(10))).await });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(200, String::new()));
     let next_state = run.await.unwrap();
     assert!(
-        matches!(&next_state, State::Backoff { then, .. } if matches!(**then, State::List)),
+        matches!(&next_state, State::Backoff { then, .. } if matches!(**then, State::List(_))),
         "{next_state:?}"
     );
 }
@@ -400,9 +407,8 @@ async fn a_very_short_watch_is_an_error_that_backs_off_and_relists() {
 #[tokio::test(start_paused = true)]
 async fn a_watch_that_times_out_normally_is_reopened_from_where_it_got_to() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::Watch(None)).await;
+        let next = reflector.step(State::Watch(ResourceVersion(10))).await;
         reflector.step(next).await
     });
     let (_, send) = next(&mut handle).await;
@@ -423,8 +429,7 @@ async fn a_watch_that_times_out_normally_is_reopened_from_where_it_got_to() {
 #[tokio::test(start_paused = true)]
 async fn foreign_kinds_and_tables_are_skipped_and_the_watch_goes_on() {
     let (mut reflector, store, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
-    let run = tokio::spawn(async move { reflector.step(State::Watch(None)).await });
+    let run = tokio::spawn(async move { reflector.step(State::Watch(ResourceVersion(10))).await });
     let (_, send) = next(&mut handle).await;
     let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns","resourceVersion":"11"}}"#;
     let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"t","resourceVersion":"12"}}"#;
@@ -445,8 +450,8 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
     let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
     store.replace(vec![], ResourceVersion(1));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::WatchList).await;
-        assert!(matches!(next, State::Watch(Some(_))), "{next:?}");
+        let next = reflector.step(State::WatchList(SyncPoint::Start)).await;
+        assert!(matches!(next, State::Follow { .. }), "{next:?}");
         reflector.step(next).await;
         reflector
     });
@@ -500,7 +505,7 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
 async fn a_refused_watch_list_falls_back_to_list_and_watch() {
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::WatchList).await;
+        let next = reflector.step(State::WatchList(SyncPoint::Start)).await;
         (reflector, next)
     });
     let (_, send) = next(&mut handle).await;
@@ -513,7 +518,7 @@ async fn a_refused_watch_list_falls_back_to_list_and_watch() {
         ),
     ));
     let (reflector, next_state) = run.await.unwrap();
-    assert!(matches!(next_state, State::List), "{next_state:?}");
+    assert!(matches!(next_state, State::List(_)), "{next_state:?}");
     let last_error = reflector.status.lock().last_error.clone();
     assert!(
         last_error
@@ -526,15 +531,18 @@ async fn a_refused_watch_list_falls_back_to_list_and_watch() {
 #[tokio::test(start_paused = true)]
 async fn an_expired_watch_list_rv_retries_at_the_freshest_rv() {
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
-    reflector.synced_to(ResourceVersion(40));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::WatchList).await;
-        assert!(matches!(next, State::WatchList), "{next:?}");
+        let next = reflector
+            .step(State::WatchList(SyncPoint::At(ResourceVersion(40))))
+            .await;
+        assert!(matches!(next, State::WatchList(_)), "{next:?}");
         let next = reflector.step(next).await;
-        assert!(matches!(next, State::Watch(Some(_))), "{next:?}");
-        // The next resync asks for the synced RV again: the flag set by
-        // the 410 is cleared by the successful sync.
-        reflector.step(State::WatchList).await
+        let State::Follow { at, .. } = next else {
+            panic!("expected to follow the watch, got {next:?}")
+        };
+        // The next resync asks for the synced RV again: the unavailable
+        // sync point set by the 410 is replaced by the successful sync.
+        reflector.step(State::WatchList(SyncPoint::At(at))).await
     });
     let (query, send) = next(&mut handle).await;
     assert_eq!(query["resourceVersion"], "40");
@@ -545,7 +553,7 @@ async fn an_expired_watch_list_rv_retries_at_the_freshest_rv() {
     let (query, send) = next(&mut handle).await;
     assert_eq!(query["resourceVersion"], "50");
     send.send_response(full(200, bookmark(51, true)));
-    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+    assert!(matches!(run.await.unwrap(), State::Follow { .. }));
 }
 
 #[tokio::test(start_paused = true)]
@@ -592,10 +600,9 @@ fn differences_name_every_missing_extra_and_changed_object() {
 #[tokio::test(start_paused = true)]
 async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::Watch(None)).await;
-        assert!(matches!(next, State::Watch(None)), "{next:?}");
+        let next = reflector.step(State::Watch(ResourceVersion(10))).await;
+        assert!(matches!(next, State::Watch(_)), "{next:?}");
         reflector.step(next).await
     });
     let (_, send) = next(&mut handle).await;
@@ -626,7 +633,7 @@ async fn a_broken_stream_is_reopened_from_the_last_rv_without_relisting() {
 async fn a_watch_list_without_its_end_bookmark_10s_after_the_last_event_warns() {
     let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
     let status = reflector.status();
-    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let run = tokio::spawn(async move { reflector.step(State::WatchList(SyncPoint::Start)).await });
     let (_, send) = next(&mut handle).await;
     let (tx, response) = streaming();
     send.send_response(response);
@@ -636,7 +643,7 @@ async fn a_watch_list_without_its_end_bookmark_10s_after_the_last_event_warns() 
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(status.lock().end_bookmark_warnings, 1);
     tx.send(bookmark(6, true)).await.unwrap();
-    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+    assert!(matches!(run.await.unwrap(), State::Follow { .. }));
     assert_eq!(keys(&store), ["ns/a"]);
 }
 
@@ -679,12 +686,18 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logs {
     }
 }
 
-/// One watch from the last synced RV answered with `body`; the next state.
-async fn watch_answered(reflector: &mut Reflector, handle: &mut MockHandle, body: String) -> State {
-    let step = reflector.step(State::Watch(None));
+/// One watch from `from` answered with `body`; the next state.
+async fn watch_answered(
+    reflector: &mut Reflector,
+    handle: &mut MockHandle,
+    from: u64,
+    body: String,
+) -> State {
+    let step = reflector.step(State::Watch(ResourceVersion(from)));
     let answer = async {
         let (query, send) = next(handle).await;
         assert_eq!(query["watch"], "true");
+        assert_eq!(query["resourceVersion"], from.to_string());
         send.send_response(full(200, body));
     };
     tokio::join!(step, answer).0
@@ -694,8 +707,16 @@ fn internal_error() -> String {
     event("ERROR", &status(500, "InternalError", "etcd hiccup"))
 }
 
+/// The relist that follows a LIST's watch if the watch fails.
+fn relist(watch: State) -> State {
+    let State::Watch(rv) = watch else {
+        panic!("expected a watch, got {watch:?}")
+    };
+    State::List(SyncPoint::At(rv))
+}
+
 fn relists(state: &State) -> bool {
-    matches!(state, State::Backoff { then, .. } if matches!(**then, State::List))
+    matches!(state, State::Backoff { then, .. } if matches!(**then, State::List(_)))
 }
 
 #[tokio::test(start_paused = true)]
@@ -704,29 +725,28 @@ async fn a_relist_renews_the_internal_error_window() {
         max_internal_error_retry: Duration::from_secs(30),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(10));
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     tokio::time::sleep(Duration::from_secs(20)).await;
     let gone = event("ERROR", &status(410, "Expired", "too old"));
-    let state = watch_answered(&mut reflector, &mut handle, gone).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, gone).await;
     assert!(relists(&state), "{state:?}");
+    let State::Backoff { then, .. } = state else {
+        unreachable!()
+    };
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let step = reflector.step(State::List);
+    let step = reflector.step(*then);
     let answer = async {
         let (query, send) = next(&mut handle).await;
         assert_eq!(query["resourceVersion"], "10");
         send.send_response(full(200, list(20, &[], "")));
     };
-    assert!(matches!(tokio::join!(step, answer).0, State::Watch(None)));
+    assert!(matches!(tokio::join!(step, answer).0, State::Watch(_)));
     // 35 s after the run began, with its last error 35 s ago: only because
     // client-go builds a new window for every watch after a list is this
     // error retried.
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
-    assert!(
-        matches!(state, State::Watch(None)),
-        "a new window: {state:?}"
-    );
+    let state = watch_answered(&mut reflector, &mut handle, 20, internal_error()).await;
+    assert!(matches!(state, State::Watch(_)), "a new window: {state:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -735,22 +755,21 @@ async fn a_quiet_minute_starts_a_new_internal_error_window_and_a_normal_end_does
         max_internal_error_retry: Duration::from_secs(30),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(10));
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     tokio::time::sleep(Duration::from_secs(61)).await;
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
     assert!(
-        matches!(state, State::Watch(None)),
+        matches!(state, State::Watch(_)),
         "61 s after the last internal error, a new run: {state:?}"
     );
     // A watch that ends normally does not end the run: 35 s after it
     // began, with the last error 35 s ago (< 1 min), the window is closed.
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let state = watch_answered(&mut reflector, &mut handle, bookmark(11, false)).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, bookmark(11, false)).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    let state = watch_answered(&mut reflector, &mut handle, 11, internal_error()).await;
     assert!(relists(&state), "the window closed: {state:?}");
 }
 
@@ -760,15 +779,14 @@ async fn a_malformed_line_ends_the_watch_which_reopens_from_the_last_rv_within_t
         max_internal_error_retry: Duration::from_secs(30),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(10));
     let lines = [
         event("ADDED", &cm("a", 11)),
         "{not json".to_owned(),
         event("ADDED", &cm("b", 12)),
     ]
     .join("\n");
-    let state = watch_answered(&mut reflector, &mut handle, lines).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, lines).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     assert_eq!(keys(&store), ["ns/a"], "nothing after the bad line");
     let step = reflector.step(state);
     let answer = async {
@@ -786,13 +804,12 @@ async fn a_malformed_line_ends_the_watch_which_reopens_from_the_last_rv_within_t
 #[tokio::test(start_paused = true)]
 async fn an_unknown_event_type_without_a_retry_window_backs_off_and_relists_from_the_last_rv() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let lines = [
         event("ADDED", &cm("a", 11)),
         event("SURPRISE", &cm("b", 12)),
     ]
     .join("\n");
-    let state = watch_answered(&mut reflector, &mut handle, lines).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, lines).await;
     assert!(relists(&state), "{state:?}");
     assert!(
         reflector
@@ -814,19 +831,20 @@ async fn an_unknown_event_type_without_a_retry_window_backs_off_and_relists_from
         assert_eq!(query["resourceVersion"], "11");
         send.send_response(full(200, list(12, &[cm("a", 11), cm("b", 12)], "")));
     };
-    assert!(matches!(tokio::join!(step, answer).0, State::Watch(None)));
+    assert!(matches!(tokio::join!(step, answer).0, State::Watch(_)));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_watch_list_that_ends_before_its_end_bookmark_is_retried_not_replaced_by_a_list() {
     let (mut reflector, store, mut handle) = setup(ReflectorConfig::default());
-    reflector.synced_to(ResourceVersion(4));
     let run = tokio::spawn(async move {
-        let next = reflector.step(State::WatchList).await;
-        assert!(matches!(next, State::WatchList), "{next:?}");
+        let next = reflector
+            .step(State::WatchList(SyncPoint::At(ResourceVersion(4))))
+            .await;
+        assert!(matches!(next, State::WatchList(_)), "{next:?}");
         let next = reflector.step(next).await;
         assert!(
-            matches!(next, State::WatchList),
+            matches!(next, State::WatchList(_)),
             "a broken one too: {next:?}"
         );
         reflector.step(next).await
@@ -864,38 +882,37 @@ async fn a_watch_list_that_ends_before_its_end_bookmark_is_retried_not_replaced_
         200,
         [event("ADDED", &cm("a", 5)), bookmark(6, true)].join("\n"),
     ));
-    assert!(matches!(run.await.unwrap(), State::Watch(Some(_))));
+    assert!(matches!(run.await.unwrap(), State::Follow { .. }));
     assert_eq!(keys(&store), ["ns/a"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_very_short_watch_list_falls_back_to_list() {
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
-    let run = tokio::spawn(async move { reflector.step(State::WatchList).await });
+    let run = tokio::spawn(async move { reflector.step(State::WatchList(SyncPoint::Start)).await });
     let (_, send) = next(&mut handle).await;
     send.send_response(full(200, String::new()));
     let next_state = run.await.unwrap();
-    assert!(matches!(next_state, State::List), "{next_state:?}");
+    assert!(matches!(next_state, State::List(_)), "{next_state:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_watch_is_very_short_only_if_it_ends_within_a_second_with_no_event() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     // One event, closed at once: not very short.
-    let state = watch_answered(&mut reflector, &mut handle, bookmark(11, false)).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, bookmark(11, false)).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     // No event, closed after exactly one second: not very short either.
-    let step = reflector.step(State::Watch(None));
+    let step = reflector.step(State::Watch(ResourceVersion(11)));
     let answer = async {
         let (_, send) = next(&mut handle).await;
         tokio::time::sleep(VERY_SHORT_WATCH).await;
         send.send_response(full(200, String::new()));
     };
     let state = tokio::join!(step, answer).0;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     // No event, closed just under a second: very short.
-    let step = reflector.step(State::Watch(None));
+    let step = reflector.step(State::Watch(ResourceVersion(11)));
     let answer = async {
         let (_, send) = next(&mut handle).await;
         tokio::time::sleep(VERY_SHORT_WATCH - Duration::from_millis(1)).await;
@@ -911,8 +928,11 @@ async fn a_first_page_410_relists_at_once_at_rv_empty_without_an_unpaged_list() 
         page_size: Some(100),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(40));
-    let run = tokio::spawn(async move { reflector.step(State::List).await });
+    let run = tokio::spawn(async move {
+        reflector
+            .step(State::List(SyncPoint::At(ResourceVersion(40))))
+            .await
+    });
     let (query, send) = next(&mut handle).await;
     assert_eq!(
         (query["resourceVersion"].as_str(), query["limit"].as_str()),
@@ -929,17 +949,18 @@ async fn a_first_page_410_relists_at_once_at_rv_empty_without_an_unpaged_list() 
         "straight to a consistent read, still paged"
     );
     send.send_response(full(200, list(60, &[cm("a", 55)], "")));
-    assert!(matches!(run.await.unwrap(), State::Watch(None)));
+    assert!(matches!(run.await.unwrap(), State::Watch(_)));
     assert_eq!(keys(&store), ["ns/a"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_paginated_answer_to_rv_empty_does_not_turn_paging_on_for_later_relists() {
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(40));
     let run = tokio::spawn(async move {
-        reflector.step(State::List).await;
-        reflector.step(State::List).await;
+        let watch = reflector
+            .step(State::List(SyncPoint::At(ResourceVersion(40))))
+            .await;
+        reflector.step(relist(watch)).await;
         reflector
     });
     let (_, send) = next(&mut handle).await;
@@ -958,14 +979,14 @@ async fn a_paginated_answer_to_rv_empty_does_not_turn_paging_on_for_later_relist
         "etcd paged the RV \"\" list; the watch cache may still serve this one"
     );
     send.send_response(full(200, list(51, &[], "")));
-    assert!(!run.await.unwrap().paginated_result);
+    assert_eq!(run.await.unwrap().paging, Paging::WatchCache);
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
     let (mut reflector, _, mut handle) = setup(list_watch());
     let run = tokio::spawn(async move {
-        reflector.step(State::List).await;
+        reflector.step(State::List(SyncPoint::Start)).await;
         reflector
     });
     let (_, send) = next(&mut handle).await;
@@ -979,7 +1000,7 @@ async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
     );
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
     let reflector = run.await.unwrap();
-    assert!(reflector.paginated_result);
+    assert_eq!(reflector.paging, Paging::NoWatchCache);
     assert_eq!(reflector.status.lock().last_list_requests, 3);
 }
 
@@ -987,14 +1008,15 @@ async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
 async fn a_list_slower_than_ten_seconds_is_logged_with_its_steps() {
     let (logs, _guard) = Logs::capture();
     let (mut reflector, _, mut handle) = setup(list_watch());
+    let mut list_state = State::List(SyncPoint::Start);
     for (delay, slow) in [(Duration::from_secs(9), 0), (Duration::from_secs(11), 1)] {
-        let step = reflector.step(State::List);
+        let step = reflector.step(list_state);
         let answer = async {
             let (_, send) = next(&mut handle).await;
             tokio::time::sleep(delay).await;
             send.send_response(full(200, list(10, &[cm("a", 5)], "")));
         };
-        tokio::join!(step, answer);
+        list_state = relist(tokio::join!(step, answer).0);
         assert_eq!(reflector.status.lock().slow_syncs, slow, "after {delay:?}");
     }
     let traces: Vec<String> = logs
@@ -1014,7 +1036,7 @@ async fn a_list_slower_than_ten_seconds_is_logged_with_its_steps() {
 async fn a_slow_watch_list_is_logged_with_its_steps() {
     let (logs, _guard) = Logs::capture();
     let (mut reflector, _, mut handle) = setup(ReflectorConfig::default());
-    let step = reflector.step(State::WatchList);
+    let step = reflector.step(State::WatchList(SyncPoint::Start));
     let answer = async {
         let (_, send) = next(&mut handle).await;
         let (tx, response) = streaming();
@@ -1025,7 +1047,7 @@ async fn a_slow_watch_list_is_logged_with_its_steps() {
         tx
     };
     let (state, _tx) = tokio::join!(step, answer);
-    assert!(matches!(state, State::Watch(Some(_))), "{state:?}");
+    assert!(matches!(state, State::Follow { .. }), "{state:?}");
     assert_eq!(reflector.status.lock().slow_syncs, 1);
     let info = logs.at(tracing::Level::INFO);
     assert!(
@@ -1039,12 +1061,11 @@ async fn a_slow_watch_list_is_logged_with_its_steps() {
 async fn a_routine_410_is_not_logged_as_a_warning_but_a_very_short_watch_is() {
     let (logs, _guard) = Logs::capture();
     let (mut reflector, _, mut handle) = setup(list_watch());
-    reflector.synced_to(ResourceVersion(10));
     let gone = event(
         "ERROR",
         &status(410, "Expired", "too old resource version: 10 (20)"),
     );
-    let state = watch_answered(&mut reflector, &mut handle, gone).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, gone).await;
     assert!(relists(&state), "{state:?}");
     assert_eq!(logs.at(tracing::Level::WARN), Vec::<String>::new());
     assert!(
@@ -1054,7 +1075,7 @@ async fn a_routine_410_is_not_logged_as_a_warning_but_a_very_short_watch_is() {
         "{:?}",
         logs.at(tracing::Level::DEBUG)
     );
-    let state = watch_answered(&mut reflector, &mut handle, String::new()).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, String::new()).await;
     assert!(relists(&state), "{state:?}");
     let warnings = logs.at(tracing::Level::WARN);
     assert!(
@@ -1069,20 +1090,19 @@ async fn the_internal_error_window_includes_its_end_and_a_minute_of_quiet_exactl
         max_internal_error_retry: Duration::from_secs(30),
         ..list_watch()
     });
-    reflector.synced_to(ResourceVersion(10));
     for wait in [0, 30] {
         // At the start of the run, and exactly at its end: retried.
         tokio::time::sleep(Duration::from_secs(wait)).await;
-        let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
-        assert!(matches!(state, State::Watch(None)), "{wait} s: {state:?}");
+        let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
+        assert!(matches!(state, State::Watch(_)), "{wait} s: {state:?}");
     }
     // Exactly a minute after the last error, a new run starts at once.
     tokio::time::sleep(retry::QUIET_RESET).await;
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     // 31 s into that run: past the window.
     tokio::time::sleep(Duration::from_secs(31)).await;
-    let state = watch_answered(&mut reflector, &mut handle, internal_error()).await;
+    let state = watch_answered(&mut reflector, &mut handle, 10, internal_error()).await;
     assert!(relists(&state), "{state:?}");
 }
 
@@ -1090,8 +1110,8 @@ async fn the_internal_error_window_includes_its_end_and_a_minute_of_quiet_exactl
 async fn a_one_page_answer_to_rv_0_keeps_later_relists_unpaged() {
     let (mut reflector, _, mut handle) = setup(list_watch());
     let run = tokio::spawn(async move {
-        reflector.step(State::List).await;
-        reflector.step(State::List).await;
+        let watch = reflector.step(State::List(SyncPoint::Start)).await;
+        reflector.step(relist(watch)).await;
         reflector
     });
     let (query, send) = next(&mut handle).await;
@@ -1104,5 +1124,5 @@ async fn a_one_page_answer_to_rv_0_keeps_later_relists_unpaged() {
     assert_eq!(query["resourceVersion"], "10");
     assert_eq!(query.get("limit"), None, "served by the watch cache");
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
-    assert!(!run.await.unwrap().paginated_result);
+    assert_eq!(run.await.unwrap().paging, Paging::WatchCache);
 }
