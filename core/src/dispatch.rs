@@ -497,7 +497,7 @@ pub struct Interest {
 impl Interest {
     /// Whether the subscriber is indexed (and so follows its mark, not the
     /// head).
-    pub fn is_indexed(&self) -> bool {
+    pub(crate) fn is_indexed(&self) -> bool {
         self.slot.is_some()
     }
 
@@ -510,7 +510,7 @@ impl Interest {
     }
 
     /// Whether a mark is waiting to be taken.
-    pub fn is_marked(&self) -> bool {
+    pub(crate) fn is_marked(&self) -> bool {
         self.slot
             .as_ref()
             .is_some_and(|(_, m)| m.first.load(Ordering::Acquire) != 0)
@@ -518,7 +518,7 @@ impl Interest {
 
     /// Resolves once the interest is marked (at once if it was marked since
     /// the last wait). Never, unindexed.
-    pub async fn marked(&self) {
+    pub(crate) async fn marked(&self) {
         match &self.slot {
             Some((_, m)) => m.wake.notified().await,
             None => std::future::pending().await,

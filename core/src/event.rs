@@ -46,13 +46,13 @@ pub struct Event {
     pub resync: bool,
     /// The JSON bytes of every event up to and including this one: how far
     /// behind a subscriber is, in bytes, is the head's total minus this.
-    pub bytes_through: u64,
+    pub(crate) bytes_through: u64,
     /// When the event entered the ring, for the age bound.
     pub at: Instant,
     /// The event as an encoded `kubefanout.v1.WatchEvent`, one per
     /// projection, made by the first subscriber that receives the event
     /// unchanged and shared by every other one (see `crate::codec`).
-    pub encoded: Encodings,
+    pub(crate) encoded: Encodings,
 }
 
 impl Event {
@@ -62,7 +62,7 @@ impl Event {
     }
 
     /// The JSON bytes of every event before this one.
-    pub fn bytes_before(&self) -> u64 {
+    pub(crate) fn bytes_before(&self) -> u64 {
         self.bytes_through - self.bytes()
     }
 
@@ -79,7 +79,7 @@ impl Event {
 /// encoded `PartialObjectMetadata` (a few hundred bytes) for as long as the
 /// event stays in the ring.
 #[derive(Debug, Default)]
-pub struct Encodings {
+pub(crate) struct Encodings {
     full: OnceLock<Bytes>,
     metadata: OnceLock<Bytes>,
 }

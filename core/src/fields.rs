@@ -169,7 +169,7 @@ impl SelectableFields {
     /// A custom resource's fields: `metadata.name`, `metadata.namespace`
     /// when `namespaced`, and the served version's `selectableFields`
     /// (their `jsonPath`s, like `.spec.color`).
-    pub fn custom(namespaced: bool, json_paths: &[String]) -> Result<Self, JsonPathError> {
+    pub(crate) fn custom(namespaced: bool, json_paths: &[String]) -> Result<Self, JsonPathError> {
         let fields = json_paths
             .iter()
             .map(|p| {
@@ -218,7 +218,7 @@ impl SelectableFields {
 
     /// What `label` selects on, or why the API server would refuse it: its
     /// own words, then the labels this type supports.
-    pub fn resolve(&self, label: &str) -> Result<Source, String> {
+    pub(crate) fn resolve(&self, label: &str) -> Result<Source, String> {
         let found = match &self.0 {
             Kind::Metadata => match label {
                 "metadata.name" => Some(Source::Name),

@@ -121,7 +121,9 @@ impl Filter {
     /// `key` (the label exists) gives `None`, any value. Every object it
     /// matches has that label, with one of the values when they are given
     /// (dispatch indexes subscribers by them when no field is pinned).
-    pub fn required_labels(&self) -> impl Iterator<Item = (&str, Option<&[String]>)> + Clone {
+    pub(crate) fn required_labels(
+        &self,
+    ) -> impl Iterator<Item = (&str, Option<&[String]>)> + Clone {
         self.labels.iter().filter_map(|r| match r {
             LabelRequirement::Equals(key, value) => {
                 Some((key.as_str(), Some(std::slice::from_ref(value))))
@@ -144,7 +146,7 @@ impl Filter {
     /// them) that can hold the filter's matches: its namespace's range when
     /// it names one, else all of it. A namespace's snapshot then costs two
     /// binary searches and its own objects, not a pass over the store.
-    pub fn candidates(&self, sorted: &[Arc<Object>]) -> Range<usize> {
+    pub(crate) fn candidates(&self, sorted: &[Arc<Object>]) -> Range<usize> {
         match &self.namespace {
             Some(ns) => namespace_range(sorted, ns),
             None => 0..sorted.len(),
@@ -154,7 +156,7 @@ impl Filter {
     /// [`Filter::matches`] for an object from [`Filter::candidates`]: its
     /// namespace is already known to match, so only the selectors are
     /// checked.
-    pub fn matches_candidate(&self, object: &Object) -> bool {
+    pub(crate) fn matches_candidate(&self, object: &Object) -> bool {
         self.labels.iter().all(|r| r.matches(&object.labels))
             && self.fields.iter().all(|r| r.matches(object))
     }

@@ -113,7 +113,7 @@ impl Default for Transform {
 /// way (its last matching state, at the event's resourceVersion), and
 /// clients such as client-go's reflector take their resume point from the
 /// object, not from the event.
-pub fn with_resource_version(json: &Arc<str>, rv: ResourceVersion) -> Arc<str> {
+pub(crate) fn with_resource_version(json: &Arc<str>, rv: ResourceVersion) -> Arc<str> {
     let Ok(mut value) = serde_json::from_str::<Value>(json) else {
         // Parsed once already when it entered the store; unreachable.
         return json.clone();

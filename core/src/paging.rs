@@ -48,7 +48,7 @@ impl ContinueToken {
     }
 
     /// Parses a token made by [`ContinueToken::encode`].
-    pub fn parse(token: &str) -> Result<Self, BadToken> {
+    pub(crate) fn parse(token: &str) -> Result<Self, BadToken> {
         let bad = || BadToken(token.to_owned());
         let (rv, after) = token.split_once(':').ok_or_else(bad)?;
         Ok(ContinueToken {
@@ -205,8 +205,9 @@ impl Pages {
         }
     }
 
-    /// How many lists are kept.
-    pub fn kept(&self) -> usize {
+    /// How many lists are kept (a probe for the tests).
+    #[cfg(test)]
+    fn kept(&self) -> usize {
         self.recent.lock().len()
     }
 }

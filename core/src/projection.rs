@@ -18,7 +18,7 @@
 //! Making it eagerly on arrival would charge every event of every type a
 //! second parse and the memory of the metadata twice over. A live event's
 //! encoded `WatchEvent` has one cell per projection (see
-//! [`crate::codec::Encodings`]), so an event is encoded at most once for
+//! [`crate::event::Encodings`]), so an event is encoded at most once for
 //! all full subscribers and once for all metadata subscribers.
 //!
 //! The lag bound (`--max-lag-bytes`) counts what a metadata subscriber

@@ -32,7 +32,7 @@ impl Default for BackoffConfig {
 
 /// The state of one backoff sequence.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     config: BackoffConfig,
     next: Duration,
     last_failure: Option<Instant>,
@@ -40,7 +40,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// A fresh sequence.
-    pub fn new(config: BackoffConfig) -> Self {
+    pub(crate) fn new(config: BackoffConfig) -> Self {
         Backoff {
             config,
             next: config.initial,
@@ -51,7 +51,7 @@ impl Backoff {
     /// The delay to wait after a failure now: doubles each time, capped,
     /// jittered, and back to the initial delay when the previous failure
     /// is older than `reset_after`.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let now = Instant::now();
         if self
             .last_failure

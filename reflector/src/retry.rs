@@ -13,11 +13,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// After this long without an internal error, the next one starts a new run.
-pub const QUIET_RESET: Duration = Duration::from_secs(60);
+pub(crate) const QUIET_RESET: Duration = Duration::from_secs(60);
 
 /// Tracks one run of internal errors.
 #[derive(Debug)]
-pub struct InternalErrorRetry {
+pub(crate) struct InternalErrorRetry {
     max: Duration,
     /// When the run began and when its last error came.
     run: Option<(Instant, Instant)>,
@@ -25,14 +25,14 @@ pub struct InternalErrorRetry {
 
 impl InternalErrorRetry {
     /// A tracker that allows retrying for `max` (zero: never retry).
-    pub fn new(max: Duration) -> Self {
+    pub(crate) fn new(max: Duration) -> Self {
         InternalErrorRetry { max, run: None }
     }
 
     /// Records an internal error now, and says whether the watch may be
     /// reopened at once. Past the window the run is over: the caller
     /// relists, and the next error starts afresh.
-    pub fn retry_after_error(&mut self) -> bool {
+    pub(crate) fn retry_after_error(&mut self) -> bool {
         let now = Instant::now();
         let first = match self.run {
             Some((first, last)) if now - last < QUIET_RESET => first,
@@ -47,7 +47,7 @@ impl InternalErrorRetry {
     }
 
     /// Forgets the current run: the reflector synced again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.run = None;
     }
 }

@@ -9,11 +9,11 @@ use tokio::time::Instant;
 use tracing::info;
 
 /// Syncs slower than this are logged with their steps (client-go's figure).
-pub const SLOW_SYNC: Duration = Duration::from_secs(10);
+pub(crate) const SLOW_SYNC: Duration = Duration::from_secs(10);
 
 /// The steps of one sync, timed from its start.
 #[derive(Debug)]
-pub struct SyncTrace {
+pub(crate) struct SyncTrace {
     name: &'static str,
     start: Instant,
     steps: Vec<(String, Instant)>,
@@ -21,7 +21,7 @@ pub struct SyncTrace {
 
 impl SyncTrace {
     /// Starts timing a sync called `name`.
-    pub fn new(name: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str) -> Self {
         SyncTrace {
             name,
             start: Instant::now(),
@@ -30,13 +30,13 @@ impl SyncTrace {
     }
 
     /// Marks the end of one step.
-    pub fn step(&mut self, what: impl Into<String>) {
+    pub(crate) fn step(&mut self, what: impl Into<String>) {
         self.steps.push((what.into(), Instant::now()));
     }
 
     /// Logs the trace if it took longer than [`SLOW_SYNC`]; returns whether
     /// it did.
-    pub fn log_if_slow(&self) -> bool {
+    pub(crate) fn log_if_slow(&self) -> bool {
         let total = self.start.elapsed();
         if total < SLOW_SYNC {
             return false;

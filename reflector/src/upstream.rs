@@ -18,11 +18,11 @@ use tokio_stream::wrappers::LinesStream;
 use tokio_util::io::StreamReader;
 
 /// A watch response: one JSON event per line.
-pub type Lines = Pin<Box<dyn Stream<Item = Result<String, std::io::Error>> + Send>>;
+pub(crate) type Lines = Pin<Box<dyn Stream<Item = Result<String, std::io::Error>> + Send>>;
 
 /// An error status from the API server (a `metav1.Status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ApiStatus {
+pub(crate) struct ApiStatus {
     /// The HTTP code.
     #[serde(default)]
     pub code: u16,
@@ -42,7 +42,7 @@ pub struct ApiStatus {
 
 /// `metav1.StatusDetails`, the part the reflector reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct StatusDetails {
+pub(crate) struct StatusDetails {
     /// Why it failed, in parts.
     #[serde(default)]
     pub causes: Vec<StatusCause>,
@@ -50,7 +50,7 @@ pub struct StatusDetails {
 
 /// `metav1.StatusCause`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct StatusCause {
+pub(crate) struct StatusCause {
     /// Machine-readable, e.g. `ResourceVersionTooLarge`.
     #[serde(default)]
     pub reason: String,
@@ -61,7 +61,7 @@ pub struct StatusCause {
 
 /// Why a request to the API server failed.
 #[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// The API server answered with an error status.
     #[error("the API server answered {} {}: {}", .0.code, .0.reason, .0.message)]
     Status(ApiStatus),
@@ -83,7 +83,7 @@ impl UpstreamError {
 
     /// 410 Gone / reason Expired: the resourceVersion is older than etcd
     /// (or the watch cache) keeps.
-    pub fn is_expired(&self) -> bool {
+    pub(crate) fn is_expired(&self) -> bool {
         self.status()
             .is_some_and(|s| s.code == 410 || s.reason == "Expired" || s.reason == "Gone")
     }
@@ -91,7 +91,7 @@ impl UpstreamError {
     /// The resourceVersion is newer than the server has: the
     /// `ResourceVersionTooLarge` cause, or the older Timeout forms that only
     /// said so in a message.
-    pub fn is_too_large_resource_version(&self) -> bool {
+    pub(crate) fn is_too_large_resource_version(&self) -> bool {
         const TOO_LARGE: &str = "Too large resource version";
         let Some(s) = self.status() else {
             return false;
@@ -109,18 +109,18 @@ impl UpstreamError {
     }
 
     /// 429 Too Many Requests.
-    pub fn is_too_many_requests(&self) -> bool {
+    pub(crate) fn is_too_many_requests(&self) -> bool {
         self.status().is_some_and(|s| s.code == 429)
     }
 
     /// 500 Internal Server Error.
-    pub fn is_internal(&self) -> bool {
+    pub(crate) fn is_internal(&self) -> bool {
         self.status().is_some_and(|s| s.code == 500)
     }
 
     /// The connection was refused: the API server is most likely down or
     /// restarting, and the watch can resume where it was once it is back.
-    pub fn is_connection_refused(&self) -> bool {
+    pub(crate) fn is_connection_refused(&self) -> bool {
         let UpstreamError::Transport(err) = self else {
             return false;
         };
@@ -137,12 +137,12 @@ impl UpstreamError {
     }
 
     /// How long the server asked to wait, if it did.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         self.status().and_then(|s| s.retry_after)
     }
 
     /// An ERROR event of a watch stream.
-    pub fn from_watch_error(object: &str) -> Self {
+    pub(crate) fn from_watch_error(object: &str) -> Self {
         UpstreamError::Status(serde_json::from_str(object).unwrap_or_else(|_| ApiStatus {
             message: object.to_owned(),
             ..ApiStatus::default()
@@ -152,7 +152,7 @@ impl UpstreamError {
 
 /// Requests for one resource type's collection.
 #[derive(Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     client: kube::Client,
     path: String,
 }
@@ -167,7 +167,7 @@ impl std::fmt::Debug for Upstream {
 
 impl Upstream {
     /// Requests against `path`, e.g. `/api/v1/configmaps`.
-    pub fn new(client: kube::Client, path: String) -> Self {
+    pub(crate) fn new(client: kube::Client, path: String) -> Self {
         Upstream { client, path }
     }
 
@@ -206,7 +206,7 @@ impl Upstream {
     }
 
     /// One LIST request; the body as text.
-    pub async fn list(&self, query: &[(&str, &str)]) -> Result<String, UpstreamError> {
+    pub(crate) async fn list(&self, query: &[(&str, &str)]) -> Result<String, UpstreamError> {
         let body = collect(self.send(query).await?.into_body()).await?;
         String::from_utf8(body.to_vec()).map_err(|e| {
             UpstreamError::Body(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
@@ -214,7 +214,7 @@ impl Upstream {
     }
 
     /// One WATCH request; its events, a line each.
-    pub async fn watch(&self, query: &[(&str, &str)]) -> Result<Lines, UpstreamError> {
+    pub(crate) async fn watch(&self, query: &[(&str, &str)]) -> Result<Lines, UpstreamError> {
         let body = self.send(query).await?.into_body();
         let bytes = body.into_data_stream().map_err(std::io::Error::other);
         let lines = LinesStream::new(StreamReader::new(bytes).lines());

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_fanout::{
     event::EventKind,
     object::ResourceVersion,
-    reflector::{Reflector, ReflectorConfig, State},
+    reflector::{Reflector, ReflectorConfig, State, SyncPoint},
     resource::ResourceType,
     store::{Gap, Store},
 };
@@ -94,9 +94,9 @@ async fn with_the_watch_list_gate_on_the_reflector_syncs_by_watch_list_in_one_re
     }
     let (mut reflector, store) = reflector(&cp.client, ReflectorConfig::default()).await?;
     let status = reflector.status();
-    let state = reflector.step(State::WatchList).await;
+    let state = reflector.step(State::WatchList(SyncPoint::Start)).await;
     assert!(
-        matches!(state, State::Watch(Some(_))),
+        matches!(state, State::Follow { .. }),
         "synced and kept the watch: {state:?}"
     );
     let s = status.lock().clone();
@@ -169,8 +169,8 @@ async fn a_real_410_relists_and_deletions_made_while_the_watch_was_down_arrive_a
     };
     let (mut reflector, store) = reflector(&cp.client, config).await?;
     let status = reflector.status();
-    let state = reflector.step(State::List).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = reflector.step(State::List(SyncPoint::Start)).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     let synced = store.head();
 
     // The watch is down while another API server takes writes; the
@@ -192,7 +192,7 @@ async fn a_real_410_relists_and_deletions_made_while_the_watch_was_down_arrive_a
     cp.restart_apiserver().await?;
 
     let state = step_until(&mut reflector, state, |s| {
-        matches!(s, State::Watch(None)) && status.lock().lists == 2
+        matches!(s, State::Watch(_)) && status.lock().lists == 2
     })
     .await?;
     drop(state);
@@ -352,11 +352,13 @@ async fn five_thousand_objects_are_listed_in_small_pages() -> anyhow::Result<()>
     let status = reflector.status();
     // The first list (RV "0") may be served whole by the watch cache; the
     // relist at the synced RV is paged by the API server.
-    let state = reflector.step(State::List).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = reflector.step(State::List(SyncPoint::Start)).await;
+    let State::Watch(synced) = state else {
+        anyhow::bail!("expected a watch after the list, got {state:?}");
+    };
     let (_, listed) = api_list(&cp.client, "many").await?;
-    let state = reflector.step(State::List).await;
-    assert!(matches!(state, State::Watch(None)), "{state:?}");
+    let state = reflector.step(State::List(SyncPoint::At(synced))).await;
+    assert!(matches!(state, State::Watch(_)), "{state:?}");
     assert_eq!(store_contents(&store, "many")?, contents(&listed));
     // At least as new as the last write. (Not the list's own RV: that is
     // etcd's revision, which other writers such as leases move on while
@@ -418,7 +420,7 @@ async fn dropping_managed_fields_saves_memory() -> anyhow::Result<()> {
             ..ReflectorConfig::default()
         };
         let (mut reflector, store) = reflector(&cp.client, config).await?;
-        reflector.step(State::List).await;
+        reflector.step(State::List(SyncPoint::Start)).await;
         let objects = store.snapshot().objects;
         let ours: Vec<_> = objects.iter().filter(|o| o.namespace == "ssa").collect();
         assert_eq!(ours.len(), 200);
