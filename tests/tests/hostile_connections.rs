@@ -21,11 +21,12 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
-use kube_fanout::{connections::ConnectionLimits, server::AuthOptions, tls::TlsFiles};
+use kube_fanout::security::AuthOptions;
 use kube_fanout_client::{
     Certificate, Client, ClientConfig, ClientTlsConfig, proto::EventType,
     watcher::ends_initial_events,
 };
+use kube_fanout_listener::{connections::ConnectionLimits, tls::TlsFiles};
 use kube_fanout_tests::{
     controlplane::{ADMIN_TOKEN, ControlPlane, user_token},
     fanout::Fanout,

@@ -9,8 +9,9 @@ use base64::Engine;
 use anyhow::Result;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
-use kube_fanout::{server::AuthOptions, tls::TlsFiles};
+use kube_fanout::security::AuthOptions;
 use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig};
+use kube_fanout_listener::tls::TlsFiles;
 use kube_fanout_proto::v1::{ListResourcesRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, user_token},
