@@ -3,12 +3,15 @@
 //! in process against them ([`fanout`]) or as its binary ([`process`]), and
 //! the randomized fault test of the Watch contract ([`faults`]).
 
+pub mod clients;
 pub mod controlplane;
+pub mod eventually;
 pub mod fanout;
 pub mod faults;
 pub mod pki;
 pub mod process;
 pub mod proxy;
+pub mod rbac;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for

@@ -3,6 +3,8 @@
 //! group, as the API server and kube-fanout read them), also with subjects
 //! of shapes rcgen cannot write (see [`subject`]).
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, Result};
 use base64::Engine;
 use rcgen::{
@@ -23,6 +25,17 @@ pub struct Pair {
     pub cert: String,
     /// Its private key.
     pub key: String,
+}
+
+impl Pair {
+    /// Writes the certificate and key as `tls.crt` and `tls.key` in `dir`
+    /// (as a `kubernetes.io/tls` Secret is mounted); their paths.
+    pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, &self.cert)?;
+        std::fs::write(&key, &self.key)?;
+        Ok((cert, key))
+    }
 }
 
 impl Ca {
