@@ -11,9 +11,10 @@
 //! [`server::start`] puts the concerns together, each in a module of its
 //! own: discovery of the served types, their reflectors, [`security`],
 //! health, [`metrics`] and the gRPC listener. Inside, imports run down:
-//! `server` sits on every other module, `config` on `options` and
-//! `security`, the listeners (`grpc`, `health`, `metrics`) on `options`,
-//! `security` and `error`, and `error` on the lower crates alone.
+//! `server` sits on the others; `config` on `options`, which sits on
+//! `security`; `health` on `grpc` (its HTTP/2 bounds) and `options`, as
+//! `grpc` does; `metrics` on `security`; each of them on `error`, which
+//! sits on the lower crates alone.
 
 pub mod config;
 mod discovery;
