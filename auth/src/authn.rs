@@ -23,7 +23,7 @@ use super::{
     AuthError, Identity,
     budget::{Exceeded, ReviewBudget},
     cache::TtlCache,
-    counters::{AuthCounters, Outcome},
+    counters::{AuthCounters, Check, Outcome},
     credential::{instant_of, jwt_expiry},
     fmt_time,
     reviews::{TokenReviewer, TokenVerdict},
@@ -117,6 +117,7 @@ impl Authenticator {
     }
 
     async fn review(&self, token: &str, asker: Asker) -> Result<Authenticated, AuthError> {
+        self.counters.checked(Check::Token);
         // Past its own exp a token is refused without a review: the API
         // server would accept it for another minute (its JWT validation's
         // leeway), and believing that would re-review it in a loop.

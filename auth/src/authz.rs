@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{
     Attributes, AuthError, Identity,
     cache::TtlCache,
+    counters::{AccessOutcome, AuthCounters, Check},
     reviews::{AccessReviewer, AccessVerdict, NonResourceAttributes, NonResourceReviewer},
 };
 
@@ -42,15 +43,22 @@ pub struct Authorizer {
     reviewer: Arc<dyn AccessReviewer>,
     ttl: DecisionCacheTtl,
     cache: TtlCache<(Identity, Attributes), AccessVerdict>,
+    counters: AuthCounters,
 }
 
 impl Authorizer {
-    /// Reviews accesses with `reviewer`, caching answers for `ttl`.
-    pub fn new(reviewer: Arc<dyn AccessReviewer>, ttl: DecisionCacheTtl) -> Self {
+    /// Reviews accesses with `reviewer`, caching answers for `ttl`,
+    /// counting checks and reviews in `counters` (the authenticator's).
+    pub fn new(
+        reviewer: Arc<dyn AccessReviewer>,
+        ttl: DecisionCacheTtl,
+        counters: AuthCounters,
+    ) -> Self {
         Authorizer {
             reviewer,
             ttl,
             cache: TtlCache::new(CACHE_CAPACITY),
+            counters,
         }
     }
 
@@ -61,11 +69,21 @@ impl Authorizer {
         identity: &Identity,
         attributes: &Attributes,
     ) -> Result<Instant, AuthError> {
+        self.counters.checked(Check::Access);
         let key = (identity.clone(), attributes.clone());
         let (verdict, expires) = self
             .cache
             .get_or_fetch(&key, |_| async {
-                let verdict = self.reviewer.review_access(identity, attributes).await?;
+                let verdict = self
+                    .reviewer
+                    .review_access(identity, attributes)
+                    .await
+                    .inspect_err(|_| self.counters.access_reviewed(AccessOutcome::Failed))?;
+                self.counters.access_reviewed(if verdict.allowed {
+                    AccessOutcome::Allowed
+                } else {
+                    AccessOutcome::Denied
+                });
                 let ttl = self.ttl.of(&verdict);
                 Ok::<_, AuthError>((verdict, ttl))
             })

@@ -1,7 +1,10 @@
-//! What authenticating did, for operators to graph: TokenReviews made, by
-//! outcome, and requests refused by a review bound, by bound. A rising
-//! `throttled{bound="total"}` with few `rejected` reviews means the total
-//! bound is turning away real clients; many `rejected` ones, a flood.
+//! What authenticating and authorizing did, for operators to graph:
+//! TokenReviews and SubjectAccessReviews made, by outcome; requests
+//! refused by a review bound, by bound; and tokens and accesses checked,
+//! cached answers included, so that reviews over checks is the share the
+//! caches did not answer. A rising `throttled{bound="total"}` with few
+//! `rejected` reviews means the total bound is turning away real clients;
+//! many `rejected` ones, a flood.
 
 use prometheus_client::{
     metrics::{counter::Counter, family::Family},
@@ -16,6 +19,8 @@ type Label = [(&'static str, &'static str); 1];
 pub struct AuthCounters {
     reviews: Family<Label, Counter>,
     throttled: Family<Label, Counter>,
+    access_reviews: Family<Label, Counter>,
+    checks: Family<Label, Counter>,
 }
 
 /// How a TokenReview ended.
@@ -27,6 +32,26 @@ pub enum Outcome {
     Rejected,
     /// No answer (the API server unreachable, an error, a timeout).
     Failed,
+}
+
+/// How a SubjectAccessReview ended.
+#[derive(Debug, Clone, Copy)]
+pub enum AccessOutcome {
+    /// The access was allowed.
+    Allowed,
+    /// The access was denied.
+    Denied,
+    /// No answer (the API server unreachable, an error, a timeout).
+    Failed,
+}
+
+/// What was checked, from the cache or by a review.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// A bearer token (TokenReview).
+    Token,
+    /// A resource access (SubjectAccessReview).
+    Access,
 }
 
 impl AuthCounters {
@@ -46,6 +71,27 @@ impl AuthCounters {
         self.throttled.get_or_create(&[("bound", bound)]).inc();
     }
 
+    /// One SubjectAccessReview made.
+    pub fn access_reviewed(&self, outcome: AccessOutcome) {
+        let value = match outcome {
+            AccessOutcome::Allowed => "allowed",
+            AccessOutcome::Denied => "denied",
+            AccessOutcome::Failed => "failed",
+        };
+        self.access_reviews
+            .get_or_create(&[("outcome", value)])
+            .inc();
+    }
+
+    /// One token or access checked, whether the cache answered or not.
+    pub fn checked(&self, check: Check) {
+        let value = match check {
+            Check::Token => "token",
+            Check::Access => "access",
+        };
+        self.checks.get_or_create(&[("check", value)]).inc();
+    }
+
     /// Adds the counters to `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -57,6 +103,16 @@ impl AuthCounters {
             "kube_fanout_token_reviews_throttled",
             "Requests refused without a TokenReview because a review bound (source: the client address's, total) was reached.",
             self.throttled.clone(),
+        );
+        registry.register(
+            "kube_fanout_access_reviews",
+            "SubjectAccessReviews made for Watch, List and Get, by outcome (allowed, denied, failed).",
+            self.access_reviews.clone(),
+        );
+        registry.register(
+            "kube_fanout_auth_checks",
+            "Tokens (check=token) and resource accesses (check=access) checked, answered from the cache or by a review: reviews over checks is the caches' miss rate.",
+            self.checks.clone(),
         );
     }
 }
@@ -71,6 +127,11 @@ mod tests {
         counters.reviewed(Outcome::Rejected);
         counters.reviewed(Outcome::Rejected);
         counters.throttled(true);
+        counters.access_reviewed(AccessOutcome::Denied);
+        counters.access_reviewed(AccessOutcome::Failed);
+        counters.checked(Check::Access);
+        counters.checked(Check::Token);
+        counters.checked(Check::Token);
         let mut registry = Registry::default();
         counters.register(&mut registry);
         let mut text = String::new();
@@ -78,6 +139,10 @@ mod tests {
         for line in [
             "kube_fanout_token_reviews_total{outcome=\"rejected\"} 2",
             "kube_fanout_token_reviews_throttled_total{bound=\"source\"} 1",
+            "kube_fanout_access_reviews_total{outcome=\"denied\"} 1",
+            "kube_fanout_access_reviews_total{outcome=\"failed\"} 1",
+            "kube_fanout_auth_checks_total{check=\"access\"} 1",
+            "kube_fanout_auth_checks_total{check=\"token\"} 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

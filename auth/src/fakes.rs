@@ -118,6 +118,7 @@ pub fn checked_with(
             allowed: allow_ttl,
             denied: Duration::from_secs(5),
         },
+        authenticator.counters().clone(),
     ));
     (
         super::Access::checked(authorizer, authenticator.clone()),

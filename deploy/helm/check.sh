@@ -53,5 +53,24 @@ for values in "$here"/bad-values/*.yaml; do
   fi
 done
 
+# The PrometheusRule's groups and the dashboard ConfigMap's JSON are the
+# files in files/ (deploy/monitoring/ links to them) line for line: helm
+# neither templated nor re-indented them wrongly.
+# The lines of template FILE's manifest below its line MARKER, less INDENT.
+rendered() {
+  sed -n "\|^# Source: kube-fanout/templates/$1\$|,/^---\$/p" "$tmp/monitoring" |
+    sed -n "/^$2\$/,\$p" | sed '1d;/^---$/d' | sed "s/^$3//"
+}
+"$helm" template kf "$chart" --namespace fanout --values "$chart/ci/monitoring-values.yaml" >"$tmp/monitoring"
+# Fails unless template $1's lines below $2, less indent $3, are files/$4.
+same_as_file() {
+  checks=$((checks + 1))
+  if ! diff -u "$chart/files/$4" <(rendered "$1" "$2" "$3") >"$tmp/diff"; then
+    fail "$1 does not render files/$4 as it is:"; cat "$tmp/diff" >&2
+  fi
+}
+same_as_file prometheusrule.yaml 'spec:' '  ' kube-fanout.rules.yaml
+same_as_file grafana-dashboard.yaml '  kube-fanout.json: |-' '    ' kube-fanout-dashboard.json
+
 echo "chart: $((checks - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]

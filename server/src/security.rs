@@ -141,7 +141,7 @@ pub(crate) fn secure(
             )),
         )
     });
-    let authorizer = Authorizer::new(reviews, auth.decision_ttl);
+    let authorizer = Authorizer::new(reviews, auth.decision_ttl, authenticator.counters().clone());
     if security.tls.is_none() {
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }
