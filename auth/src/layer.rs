@@ -6,7 +6,7 @@
 //! it. A request it cannot authenticate never reaches a service. Health
 //! checks stay open so that probes need no credentials; an authenticated
 //! request marks its connection as having proved who it is (see
-//! [`kube_fanout_listener::tls::ConnInfo::authenticated`]).
+//! [`kube_fanout_listener::conn::ConnInfo::authenticated`]).
 
 use std::{
     net::IpAddr,
@@ -25,7 +25,7 @@ use super::{
     credential::{self, instant_of},
     x509::{CertificateUser, NoUser, certificate_user},
 };
-use kube_fanout_listener::tls::ConnInfo;
+use kube_fanout_listener::conn::ConnInfo;
 
 /// The largest authorization header looked at. Service-account tokens are
 /// about 1 KiB; a header this large is no token, and reviewing it would

@@ -18,7 +18,7 @@
 //! answer the API server gave (and that has not expired) lets one through.
 //!
 //! This crate sits on the core (for quoting input in errors) and on the
-//! listener (each connection's [`kube_fanout_listener::tls::ConnInfo`]);
+//! listener (each connection's [`kube_fanout_listener::conn::ConnInfo`]);
 //! the gRPC service and the server wiring sit on it.
 
 pub mod authn;

@@ -8,7 +8,7 @@ use dashmap::DashMap;
 
 use super::{AuthError, Identity};
 use kube_fanout_core::quote::quote;
-use kube_fanout_listener::tls::ConnInfo;
+use kube_fanout_listener::conn::ConnInfo;
 
 /// Who a bound is counted for. Structured, so no user name can collide
 /// with another caller's key (a user named `"alice (pod 1)"` is not alice's

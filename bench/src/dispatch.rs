@@ -37,17 +37,17 @@ use std::{
 
 use anyhow::bail;
 use futures::StreamExt;
-use kube_fanout::{
+use kube_fanout_core::{
     event::EventKind,
     fields::SelectableFields,
     object::ResourceVersion,
     registry::{Served, ServedTypes},
     resource::ResourceType,
-    service::FanoutService,
     store::Store,
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{ResourceRef, WatchRequest, kube_fanout_server::KubeFanout};
+use kube_fanout_service::service::FanoutService;
 use tonic::Request;
 
 use super::{HISTORY, cpu_ns, parse_as};

@@ -46,13 +46,12 @@ use std::{
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
-use kube_fanout::{
+use kube_fanout_core::{
     event::EventKind,
     fields::SelectableFields,
     object::{Object, ResourceVersion, Transform, TypeMeta, object_key},
     registry::{Served, ServedTypes},
     resource::ResourceType,
-    service::FanoutService,
     store::Store,
     subscription::Limits,
 };
@@ -64,6 +63,7 @@ use kube_fanout_proto::{
     },
     wire::EncodedWatchEvent,
 };
+use kube_fanout_service::service::FanoutService;
 use prost::{Message, bytes::BytesMut};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},

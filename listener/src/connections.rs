@@ -283,7 +283,7 @@ impl Drop for Slot {
 
 /// Set once a request on a connection has been authenticated: shared by
 /// the connection (which then stops counting down to its close) and every
-/// request's [`crate::tls::ConnInfo`] (where the authentication layer sets
+/// request's [`crate::conn::ConnInfo`] (where the authentication layer sets
 /// it).
 #[derive(Debug, Clone, Default)]
 pub struct Authenticated(Arc<AtomicBool>);

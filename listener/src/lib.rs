@@ -1,13 +1,21 @@
 //! kube-fanout's listener: how connections come in and go. It owns the
-//! accept loop (plaintext or TLS, with certificate reload) in [`tls`],
-//! what each connection carries ([`tls::ConnInfo`]), the bounds on
+//! accept loop every listener shares ([`accept`]), each connection and
+//! what it carries to the gRPC layers ([`conn::ConnInfo`]), TLS with its
+//! certificate and client CA reloaded on change ([`tls`]), the bounds on
 //! connections and handshakes ([`connections`]), HTTP/2 [`keepalive`],
 //! and retiring connections at their maximum age ([`retire`]).
 //!
+//! Inside, imports run down: `accept` sits on `conn`,
+//! `connections`, `keepalive` and `retire`; `conn` on `connections` and
+//! `retire`; `tls` on `reload`.
+//!
 //! It sits on tonic's transport and rustls only; auth sits on it (for
-//! [`tls::ConnInfo`]), never the other way round.
+//! [`conn::ConnInfo`]), never the other way round.
 
+pub mod accept;
+pub mod conn;
 pub mod connections;
 pub mod keepalive;
+mod reload;
 pub mod retire;
 pub mod tls;

@@ -4,26 +4,25 @@ use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
-use kube_fanout_core::dispatch::IndexFieldFlag;
+use kube_fanout_auth::{
+    authn::TokenCacheTtl,
+    authz::DecisionCacheTtl,
+    budget::{Bound, ReviewLimits},
+    limits::CallerLimits,
+};
+use kube_fanout_core::{
+    dispatch::IndexFieldFlag, object::Transform, resource::GroupVersionResource,
+    store::HistoryLimits, subscription::Limits,
+};
+use kube_fanout_listener::{
+    connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge, tls::TlsFiles,
+};
+use kube_fanout_reflector::ReflectorConfig;
+use kube_fanout_service::list_budget::ListBytesLimits;
 
 use crate::{
-    auth::{
-        authn::TokenCacheTtl,
-        authz::DecisionCacheTtl,
-        budget::{Bound, ReviewLimits},
-        limits::CallerLimits,
-    },
-    connections::ConnectionLimits,
-    keepalive::Keepalive,
-    list_budget::ListBytesLimits,
-    object::Transform,
-    reflector::ReflectorConfig,
-    resource::GroupVersionResource,
-    retire::MaxConnectionAge,
-    server::{AuthOptions, Security},
-    store::HistoryLimits,
-    subscription::Limits,
-    tls::TlsFiles,
+    options::ServerOptions,
+    security::{AuthOptions, Security},
 };
 
 /// kube-fanout: one LIST+WATCH per resource type against the API server,
@@ -551,6 +550,25 @@ impl Config {
             events: usize::try_from(self.history_events).unwrap_or(usize::MAX),
             age: Duration::from_secs(self.history_seconds),
             bytes: self.history_bytes,
+        }
+    }
+
+    /// What the server is started with: every conversion above, and the
+    /// listeners' addresses.
+    pub fn options(&self) -> ServerOptions {
+        ServerOptions {
+            resources: self.resources.clone(),
+            index_fields: self.index_fields.clone(),
+            reflector: self.reflector(),
+            history: self.history(),
+            limits: self.limits(),
+            metrics_addr: Some(self.metrics_listen),
+            health_addr: self.health_listen,
+            unready_after: self.unready_after(),
+            security: self.security(),
+            keepalive: self.keepalive(),
+            max_connection_age: self.max_connection_age(),
+            connections: self.connections(),
         }
     }
 }

@@ -1,23 +1,28 @@
 //! kube-fanout: a gRPC cache-fanout for Kubernetes.
 //!
-//! One [`reflector`] per resource type keeps a [`store`] in step with the
-//! API server; every gRPC subscriber gets a [`subscription`] over that
-//! store: a consistent snapshot, like the API server's watch-list, then
-//! every later change in order. [`service`] is the thin gRPC layer and
-//! [`server`] wires it all together.
+//! One reflector (`kube_fanout_reflector`) per resource type keeps a store
+//! (`kube_fanout_core::store`) in step with the API server; every gRPC
+//! subscriber gets a subscription over that store: a consistent snapshot,
+//! like the API server's watch-list, then every later change in order.
+//! `kube_fanout_service` is the thin gRPC layer.
 //!
-//! This crate only wires: its [`config`] (flags), [`metrics`] and
-//! [`server`] start the crates below it. Those crates' modules are
-//! re-exported here under the paths the binary, the end-to-end tests and
-//! the benchmark use (see the README's Architecture section for the
-//! layers).
-
-pub use kube_fanout_auth as auth;
-pub use kube_fanout_core::{event, fields, object, registry, resource, store, subscription};
-pub use kube_fanout_listener::{connections, keepalive, retire, tls};
-pub use kube_fanout_reflector as reflector;
-pub use kube_fanout_service::{list_budget, service};
+//! This crate only wires (see the README's Architecture section for the
+//! layers): [`config`] turns flags into [`options`], and
+//! [`server::start`] puts the concerns together, each in a module of its
+//! own: discovery of the served types, their reflectors, [`security`],
+//! health, [`metrics`] and the gRPC listener. Inside, imports run down:
+//! `server` sits on the others; `config` on `options`, which sits on
+//! `security`; `health` on `grpc` (its HTTP/2 bounds) and `options`, as
+//! `grpc` does; `metrics` on `security`; each of them on `error`, which
+//! sits on the lower crates alone.
 
 pub mod config;
+mod discovery;
+pub mod error;
+mod grpc;
+mod health;
 pub mod metrics;
+pub mod options;
+mod reflectors;
+pub mod security;
 pub mod server;

@@ -3,12 +3,10 @@
 
 use anyhow::Context;
 use clap::Parser;
-use kube_fanout::{
-    auth::reviews::ReviewClient,
-    config::Config,
-    server::{self, ServerOptions},
-};
+use kube_fanout::{config::Config, server};
+use kube_fanout_auth::reviews::ReviewClient;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc rather than the system allocator, for memory per idle
@@ -33,30 +31,20 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let cancel = CancellationToken::new();
-    let mut options = ServerOptions {
-        resources: config.resources.clone(),
-        index_fields: config.index_fields.clone(),
-        reflector: config.reflector(),
-        history: config.history(),
-        limits: config.limits(),
-        metrics_addr: Some(config.metrics_listen),
-        health_addr: config.health_listen,
-        unready_after: config.unready_after(),
-        security: config.security(),
-        keepalive: config.keepalive(),
-        max_connection_age: config.max_connection_age(),
-        connections: config.connections(),
-    };
+    let mut options = config.options();
     if let Some(auth) = &mut options.security.auth {
         // The same config, a connection pool of its own.
         auth.review_client = Some(ReviewClient(kube::Client::try_from(kube_config)?));
     }
     let mut running = server::start(client, listener, options, cancel.clone()).await?;
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down");
-        cancel.cancel();
-    });
+    tokio::spawn(
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            cancel.cancel();
+        }
+        .instrument(tracing::info_span!("signals")),
+    );
     running.wait().await?;
     Ok(())
 }

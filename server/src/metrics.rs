@@ -13,7 +13,7 @@
 use std::{fmt, io, net::SocketAddr, pin::Pin, sync::Arc};
 
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryFutureExt};
 
 use prometheus_client::{
     collector::Collector,
@@ -26,18 +26,28 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 
-use kube_fanout_core::reflector_status::ReflectorStatus;
-
-use crate::{
-    auth::{
-        http_access::{HttpAccess, http_status},
-        reviews::NonResourceAttributes,
-    },
-    connections::{self, ConnectionStats},
-    keepalive::Keepalive,
+use kube_fanout_auth::{
+    AuthError,
+    http_access::{HttpAccess, http_status},
+    reviews::NonResourceAttributes,
+};
+use kube_fanout_core::{
+    reflector_status::ReflectorStatus,
     registry::{Served, ServedTypes},
     store::StoreStatus,
-    tls::{self, Conn},
+};
+use kube_fanout_listener::{
+    accept::{self, Accept},
+    conn::Conn,
+    connections::{self, ConnectionStats},
+    keepalive::Keepalive,
+    tls,
+};
+use tracing::{Instrument, info_span};
+
+use crate::{
+    error::{ServeError, Tasks},
+    security::{Security, refuse_unauthenticated_metrics},
 };
 
 /// Reads every served type's state when scraped.
@@ -337,22 +347,53 @@ pub async fn serve(
     // counted against the same bounds. None is closed for authenticating
     // nothing: a scrape's authentication does not mark its connection,
     // and Prometheus keeps its connection between scrapes.
-    let accept = tls::Accept {
+    let accept = Accept {
         tls,
         keepalive: Keepalive::default(),
         max_age: None,
         connections,
         close_unauthenticated: false,
     };
-    let connections = Connections(Box::pin(tls::incoming(listener, accept, cancel.clone())));
-    axum::serve(connections, app)
+    let (conns, drained) = accept::incoming(listener, accept, cancel.clone());
+    axum::serve(Connections(Box::pin(conns)), app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
+        .await?;
+    drained.await;
+    Ok(())
+}
+
+/// Serves `registry` on `addr` (over TLS when `security` has it, to the
+/// scrapes `access` lets through if given), its connections counted in
+/// `connections`, in `tasks` until `cancel` fires; the address bound.
+/// Refuses unauthenticated scrapes beyond loopback unless told to.
+pub(crate) async fn listen(
+    addr: SocketAddr,
+    security: &Security,
+    access: Option<HttpAccess>,
+    registry: Registry,
+    connections: Arc<connections::Connections>,
+    tasks: &mut Tasks,
+    cancel: &CancellationToken,
+) -> Result<SocketAddr, ServeError> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    refuse_unauthenticated_metrics(security, access.is_some(), bound)?;
+    let tls = security
+        .tls
+        .as_ref()
+        .map(tls::metrics_acceptor)
+        .transpose()?;
+    tasks.spawn(
+        serve(listener, tls, connections, access, registry, cancel.clone())
+            .map_err(ServeError::Io)
+            .instrument(info_span!("metrics", %bound)),
+    );
+    Ok(bound)
 }
 
 /// The answer to a refused scrape: 401 (with the challenge RFC 6750 asks
 /// for), 403, or 503, and the reason.
-fn refusal(err: &crate::auth::AuthError) -> Response {
+fn refusal(err: &AuthError) -> Response {
     let status = http_status(err);
     let mut response = (status, format!("{err}\n")).into_response();
     if status == http::StatusCode::UNAUTHORIZED {
@@ -393,14 +434,19 @@ impl axum::serve::Listener for Connections {
 
 #[cfg(test)]
 mod tests {
-    use kube_fanout_core::fixtures::{configmaps, object};
+    use kube_fanout_core::{
+        event::EventKind,
+        fields::SelectableFields,
+        filter::Filter,
+        fixtures::{configmaps, object},
+        object::ResourceVersion,
+        store::Store,
+        subscription::WatchError,
+    };
+    use kube_fanout_listener::connections::ConnectionLimits;
     use parking_lot::Mutex;
 
-    use crate::connections::ConnectionLimits;
-
     use super::*;
-    use crate::{event::EventKind, object::ResourceVersion, store::Store};
-    use kube_fanout_core::filter::Filter;
 
     #[test]
     fn every_family_is_exposed_per_resource_type_with_its_value() {
@@ -425,12 +471,12 @@ mod tests {
         cache.insert(Served::new(store, reflector));
         let served = cache.iter().next().unwrap().clone();
         let subscriber = served.subscriber("");
-        subscriber.ended(&crate::subscription::WatchError::Lagged {
+        subscriber.ended(&WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });
         let dispatch = served.store.dispatch();
         let _indexed = dispatch.register(
-            Filter::new("ns", "", "", &crate::fields::SelectableFields::default())
+            Filter::new("ns", "", "", &SelectableFields::default())
                 .unwrap()
                 .pinned(),
             std::iter::empty(),

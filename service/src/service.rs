@@ -25,7 +25,7 @@ use kube_fanout_core::{
     registry::{Served, ServedTypes},
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
 };
-use kube_fanout_listener::tls::ConnInfo;
+use kube_fanout_listener::conn::ConnInfo;
 
 use crate::{
     error::RequestError,

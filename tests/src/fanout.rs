@@ -7,14 +7,14 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context, Result};
 use kube_fanout::{
-    connections::ConnectionLimits,
-    keepalive::Keepalive,
-    reflector::ReflectorConfig,
-    server::{self, Running, Security, ServerOptions},
-    store::HistoryLimits,
-    subscription::Limits,
+    options::ServerOptions,
+    security::Security,
+    server::{self, Running},
 };
 use kube_fanout_client::Client;
+use kube_fanout_core::{store::HistoryLimits, subscription::Limits};
+use kube_fanout_listener::{connections::ConnectionLimits, keepalive::Keepalive};
+use kube_fanout_reflector::ReflectorConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::eventually::eventually;

@@ -10,10 +10,9 @@ use k8s_openapi::api::{
     rbac::v1::RoleBinding,
 };
 use kube::api::{Api, ListParams, PostParams, WatchParams};
-use kube_fanout::{
-    auth::limits::CallerLimits,
-    auth::{authz::DecisionCacheTtl, layer::MAX_AUTHORIZATION_BYTES},
-    server::{AuthOptions, Security},
+use kube_fanout::security::{AuthOptions, Security};
+use kube_fanout_auth::{
+    authz::DecisionCacheTtl, layer::MAX_AUTHORIZATION_BYTES, limits::CallerLimits,
 };
 use kube_fanout_client::{
     Client,

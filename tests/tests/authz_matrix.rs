@@ -29,15 +29,13 @@ use kube::{
     Resource,
     api::{Api, ListParams, PostParams, WatchEvent, WatchParams},
 };
-use kube_fanout::{
-    auth::x509::{CertificateUser, certificate_user},
-    server::AuthOptions,
-    tls::TlsFiles,
-};
+use kube_fanout::security::AuthOptions;
+use kube_fanout_auth::x509::{CertificateUser, certificate_user};
 use kube_fanout_client::{
     Client,
     proto::{GetRequest, ListRequest, WatchRequest},
 };
+use kube_fanout_listener::tls::TlsFiles;
 use kube_fanout_tests::{
     clients::over_tls,
     controlplane::{ControlPlane, Options, pem_der},

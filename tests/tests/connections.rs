@@ -22,7 +22,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use hyper_util::rt::TokioIo;
-use kube_fanout::{keepalive::Keepalive, retire::MaxConnectionAge};
+use kube_fanout_listener::{keepalive::Keepalive, retire::MaxConnectionAge};
 use kube_fanout_proto::v1::{
     EventType, WatchEvent, WatchRequest, kube_fanout_client::KubeFanoutClient,
 };

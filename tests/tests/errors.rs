@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use kube_fanout::subscription::Limits;
 use kube_fanout_client::proto::{GetRequest, ListRequest, ResourceRef, WatchRequest};
+use kube_fanout_core::subscription::Limits;
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use tonic::Code;
 use tonic_types::StatusExt;

@@ -22,14 +22,12 @@ use k8s_openapi::api::{
     rbac::v1::{RoleBinding, Subject},
 };
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube_fanout::{
-    auth::{
-        authn::TokenCacheTtl,
-        authz::DecisionCacheTtl,
-        budget::{Bound, ReviewLimits},
-        reviews::ReviewClient,
-    },
-    server::{AuthOptions, Security},
+use kube_fanout::security::{AuthOptions, Security};
+use kube_fanout_auth::{
+    authn::TokenCacheTtl,
+    authz::DecisionCacheTtl,
+    budget::{Bound, ReviewLimits},
+    reviews::ReviewClient,
 };
 use kube_fanout_client::proto::{ListRequest, WatchEvent, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{

@@ -18,8 +18,9 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
-use kube_fanout::{connections::ConnectionLimits, server::AuthOptions, tls::TlsFiles};
+use kube_fanout::security::AuthOptions;
 use kube_fanout_client::{Client, proto::EventType, watcher::ends_initial_events};
+use kube_fanout_listener::{connections::ConnectionLimits, tls::TlsFiles};
 use kube_fanout_tests::{
     clients::{over_tls, rustls_config},
     controlplane::{ADMIN_TOKEN, ControlPlane, user_token},

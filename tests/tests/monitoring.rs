@@ -11,12 +11,10 @@
 use std::{collections::BTreeSet, num::NonZeroU32, path::Path};
 
 use anyhow::{Context, Result, ensure};
-use kube_fanout::{
-    auth::{
-        budget::{Bound, ReviewLimits},
-        reviews::ReviewClient,
-    },
-    server::{AuthOptions, Security},
+use kube_fanout::security::{AuthOptions, Security};
+use kube_fanout_auth::{
+    budget::{Bound, ReviewLimits},
+    reviews::ReviewClient,
 };
 use kube_fanout_client::proto::{ListRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{

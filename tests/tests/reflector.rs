@@ -8,14 +8,14 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube_fanout::{
+use kube_fanout_client::proto::EventType;
+use kube_fanout_core::{
     event::EventKind,
     object::ResourceVersion,
-    reflector::{Reflector, ReflectorConfig, State, SyncPoint},
     resource::ResourceType,
     store::{Gap, Store},
 };
-use kube_fanout_client::proto::EventType;
+use kube_fanout_reflector::{Reflector, ReflectorConfig, State, SyncPoint};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, Options},
     eventually::eventually,
@@ -414,7 +414,7 @@ async fn dropping_managed_fields_saves_memory() -> anyhow::Result<()> {
     for strip in [true, false] {
         let config = ReflectorConfig {
             use_watch_list: false,
-            transform: kube_fanout::object::Transform {
+            transform: kube_fanout_core::object::Transform {
                 strip_managed_fields: strip,
             },
             ..ReflectorConfig::default()

@@ -8,8 +8,8 @@ use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube_fanout::subscription::Limits;
 use kube_fanout_client::proto::{EventType, WatchRequest};
+use kube_fanout_core::subscription::Limits;
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::time::Instant;

@@ -7,8 +7,9 @@ use std::path::Path;
 use base64::Engine;
 
 use anyhow::Result;
-use kube_fanout::{server::AuthOptions, tls::TlsFiles};
+use kube_fanout::security::AuthOptions;
 use kube_fanout_client::Client;
+use kube_fanout_listener::tls::TlsFiles;
 use kube_fanout_proto::v1::{ListResourcesRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     clients::over_tls,

@@ -1,0 +1,220 @@
+//! One accepted connection ([`Conn`]), plain or TLS, as tonic and axum
+//! serve it, and what the gRPC layers learn about it ([`ConnInfo`]): its
+//! peer, its verified client certificate, when it is retired, and whether
+//! anything on it has been authenticated. A connection on which nothing
+//! is authenticated in time is closed here, by its reads.
+
+use std::{
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use futures::FutureExt;
+use rustls_pki_types::CertificateDer;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+    time::{Instant, Sleep},
+};
+use tokio_rustls::server::TlsStream;
+use tokio_util::either::Either;
+use tonic::transport::server::Connected;
+use tracing::debug;
+
+use crate::{
+    connections::{Authenticated, Slot},
+    retire::MaxConnectionAge,
+};
+
+/// A client connection, when it is retired if connections have a maximum
+/// age, its place among the open connections, and when it is closed if it
+/// authenticates nothing.
+pub struct Conn {
+    pub(crate) io: Io,
+    max_age: Option<MaxConnectionAge>,
+    slot: Slot,
+    unauthenticated: Unauthenticated,
+}
+
+/// Where a connection is in closing for authenticating nothing.
+enum Unauthenticated {
+    /// Not closed for that: authenticated, or not asked to.
+    Off,
+    /// Closed at this deadline unless a request authenticates first.
+    Until(Pin<Box<Sleep>>),
+    /// Past the deadline: the TLS close_notify and the TCP FIN going out.
+    ShuttingDown,
+    /// Closed: reads see the end of the stream, so hyper ends the
+    /// connection as if the client had closed it.
+    Closed,
+}
+
+impl Conn {
+    /// A connection accepted (and through its handshake, with TLS) that
+    /// holds `slot`, is closed at `unauthenticated_deadline` unless a
+    /// request on it authenticates first, and retired at `max_age`.
+    pub(crate) fn new(
+        io: Io,
+        max_age: Option<MaxConnectionAge>,
+        slot: Slot,
+        unauthenticated_deadline: Option<Instant>,
+    ) -> Self {
+        let unauthenticated = match unauthenticated_deadline {
+            Some(deadline) => Unauthenticated::Until(Box::pin(tokio::time::sleep_until(deadline))),
+            None => Unauthenticated::Off,
+        };
+        Conn {
+            io,
+            max_age,
+            slot,
+            unauthenticated,
+        }
+    }
+
+    /// Moves a connection past its deadline without an authenticated
+    /// request towards being closed: `Some` is what a read returns
+    /// instead of reading, `None` lets it read. Polled with every read,
+    /// which hyper always has pending, so the deadline's timer wakes the
+    /// connection's task; after authentication it costs one comparison.
+    fn close_if_unauthenticated(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
+        loop {
+            match &mut self.unauthenticated {
+                Unauthenticated::Off => return None,
+                Unauthenticated::Until(deadline) => {
+                    if self.slot.authenticated().is_set() {
+                        self.unauthenticated = Unauthenticated::Off;
+                        return None;
+                    }
+                    if deadline.poll_unpin(cx).is_pending() {
+                        return None;
+                    }
+                    self.slot.connections().closed_unauthenticated();
+                    debug!(
+                        peer = ?self.socket().peer_addr().ok(),
+                        timeout = ?self.slot.connections().limits().unauthenticated_timeout,
+                        "closing a connection on which nothing was authenticated in time"
+                    );
+                    self.unauthenticated = Unauthenticated::ShuttingDown;
+                }
+                Unauthenticated::ShuttingDown => {
+                    if Pin::new(&mut self.io).poll_shutdown(cx).is_pending() {
+                        return Some(Poll::Pending);
+                    }
+                    // An error leaves the socket to be closed on drop.
+                    self.unauthenticated = Unauthenticated::Closed;
+                }
+                Unauthenticated::Closed => return Some(Poll::Ready(Ok(()))),
+            }
+        }
+    }
+
+    /// The socket under the connection.
+    pub(crate) fn socket(&self) -> &TcpStream {
+        match &self.io {
+            Either::Left(tcp) => tcp,
+            Either::Right(tls) => tls.get_ref().0,
+        }
+    }
+}
+
+/// A connection's stream: plain (`Left`) or after a TLS handshake
+/// (`Right`). tokio-util's `Either` forwards every read and write,
+/// vectored writes included.
+pub(crate) type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
+/// What the gRPC layers learn about a connection (in each request's
+/// extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote_addr: Option<SocketAddr>,
+    /// The client's certificate (the leaf, DER), present only when
+    /// verified against the client CA.
+    pub peer_certificate: Option<Arc<CertificateDer<'static>>>,
+    /// When the connection's watches end, with a maximum connection age
+    /// (see [`crate::retire`]).
+    pub retire_at: Option<Instant>,
+    /// Set by the authentication layer once a request on the connection
+    /// has been authenticated; until then the connection is closed after
+    /// `--unauthenticated-connection-timeout-seconds`.
+    pub authenticated: Authenticated,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = ConnInfo;
+
+    /// Called once, as tonic starts serving the connection (and starts
+    /// counting its age); every request on it gets a copy.
+    fn connect_info(&self) -> ConnInfo {
+        let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
+        let authenticated = self.slot.authenticated().clone();
+        match &self.io {
+            Either::Left(tcp) => ConnInfo {
+                remote_addr: tcp.peer_addr().ok(),
+                peer_certificate: None,
+                retire_at,
+                authenticated,
+            },
+            Either::Right(tls) => {
+                let (tcp, session) = tls.get_ref();
+                ConnInfo {
+                    remote_addr: tcp.peer_addr().ok(),
+                    // Only present when verified against the client CA.
+                    peer_certificate: session
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|leaf| Arc::new(leaf.clone().into_owned())),
+                    retire_at,
+                    authenticated,
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(closing) = this.close_if_unauthenticated(cx) {
+            return closing;
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,50 @@
+//! What the server is started with besides an API client and a listener
+//! (the binary fills it from its flags, [`crate::config`]).
+
+use std::{net::SocketAddr, time::Duration};
+
+use kube_fanout_core::{
+    dispatch::IndexFieldFlag, resource::GroupVersionResource, store::HistoryLimits,
+    subscription::Limits,
+};
+use kube_fanout_listener::{
+    connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge,
+};
+use kube_fanout_reflector::ReflectorConfig;
+
+use crate::security::Security;
+
+/// What the server needs besides an API client and a listener.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The resource types to serve.
+    pub resources: Vec<GroupVersionResource>,
+    /// Fields to index subscribers by besides every type's defaults.
+    pub index_fields: Vec<IndexFieldFlag>,
+    /// How the reflectors list and watch.
+    pub reflector: ReflectorConfig,
+    /// Events kept per type.
+    pub history: HistoryLimits,
+    /// Watch limits.
+    pub limits: Limits,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where to serve `grpc.health.v1` alone, in plaintext, if anywhere:
+    /// the kubelet's gRPC probe cannot speak TLS, so with TLS on the main
+    /// listener the probes ask here. It tells only whether the server is
+    /// up and synced, as the API server's `/readyz` does to anyone.
+    pub health_addr: Option<SocketAddr>,
+    /// How long a reflector may fail without opening a watch before
+    /// readiness turns NOT_SERVING (`None`: never).
+    pub unready_after: Option<Duration>,
+    /// TLS, authentication and authorization.
+    pub security: Security,
+    /// How accepted connections look for a peer that vanished.
+    pub keepalive: Keepalive,
+    /// Connections older than this are retired (`None`: never; see
+    /// [`kube_fanout_listener::retire`]).
+    pub max_connection_age: Option<MaxConnectionAge>,
+    /// Bounds on connections and what each may carry, on the gRPC and
+    /// the health listener alike (each counted apart).
+    pub connections: ConnectionLimits,
+}
