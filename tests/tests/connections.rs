@@ -153,11 +153,6 @@ async fn an_old_connection_is_retired_and_its_watch_resumes_exactly_on_a_new_one
     let age = MaxConnectionAge(Duration::from_secs(2));
     let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
         o.max_connection_age = Some(age);
-        // OPEN: with a stream bound advertised (--max-concurrent-streams,
-        // default 1000) the resumed watch below lands on the retired
-        // connection and fails "connection closed" (2 runs of 2); without
-        // it, it passes. Not yet understood; unbounded here until it is.
-        o.connections.max_concurrent_streams = 0;
     })
     .await?;
     let dials = Arc::new(AtomicUsize::new(0));
@@ -213,14 +208,30 @@ async fn an_old_connection_is_retired_and_its_watch_resumes_exactly_on_a_new_one
     );
     println!("retired after {lived:?}, {} events in", seen.len());
 
-    let mut resumed = client
-        .watch(WatchRequest {
-            resource_version: resume,
-            send_initial_events: false,
-            ..watch_list("aging")
-        })
-        .await?
-        .into_inner();
+    let resume = WatchRequest {
+        resource_version: resume,
+        send_initial_events: false,
+        ..watch_list("aging")
+    };
+    // hyper's HTTP/2 client task looks at its connection's state (here:
+    // the GOAWAY received a second ago) only when it is next handed a
+    // request, and then drops that request unsent (tonic: Cancelled, from
+    // hyper's Canceled "connection closed"); the channel connects anew for
+    // the next call. Whether the first call meets it is a race with the
+    // old connection's close. This client, like any that resumes after a
+    // retirement, tries again once; the dial count below still proves
+    // where the watch went.
+    let mut resumed = match client.watch(resume.clone()).await {
+        Err(status)
+            if status.code() == tonic::Code::Cancelled
+                && format!("{status:?}").contains("Canceled, \"connection closed\"") =>
+        {
+            println!("first resume dropped by the client: {status:?}");
+            client.watch(resume).await?
+        }
+        other => other?,
+    }
+    .into_inner();
     let written = writer.await??;
     while seen.len() < written.len() {
         seen.push(next_change(&mut resumed).await?.resource_version);
