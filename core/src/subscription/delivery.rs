@@ -148,9 +148,9 @@ mod tests {
 
     use crate::{
         event::EventKind,
-        object::ResourceVersion,
         fixtures::{configmaps, object},
-        store::{Store},
+        object::ResourceVersion,
+        store::Store,
         subscription::{
             Delivery, Limits, Start, WatchError,
             delivery::Unchanged,

@@ -96,10 +96,10 @@ mod tests {
 
     use crate::{
         event::EventKind,
+        fixtures::{configmaps, empty_store, object},
         object::{Object, ResourceVersion},
         projection::Projection,
-        fixtures::{configmaps, empty_store, object},
-        store::{Store},
+        store::Store,
         subscription::{
             Limits, Start, WatchError, WatchSpec,
             tests::{deliveries, ready, spec, stream_of, watch},

@@ -453,10 +453,10 @@ mod tests {
 
     use crate::{
         event::EventKind,
+        fixtures::{configmaps, empty_store, object},
         object::ResourceVersion,
         projection::Projection,
-        fixtures::{configmaps, empty_store, object},
-        store::{Store},
+        store::Store,
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
             delivery::{Marker, bookmark},

@@ -226,8 +226,8 @@ mod tests {
     use crate::{
         event::EventKind,
         filter::Filter,
-        object::ResourceVersion,
         fixtures::{configmaps, object},
+        object::ResourceVersion,
         store::{ReadError, Store},
         subscription::{
             Limits, Start, WatchError, WatchSpec,
