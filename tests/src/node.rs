@@ -255,23 +255,51 @@ impl Cluster {
     }
 
     /// Imports an OCI image tarball into the node's containerd (the
-    /// namespace the kubelet's pods come from) and names it `reference`,
-    /// as a pod spec names it (`registry/repository:tag`).
+    /// namespace the kubelet's pods come from) as `reference`, the name a
+    /// pod spec gives it (`registry/repository:tag`).
+    ///
+    /// The layout's index is rewritten to name that reference first:
+    /// containerd 1.6 keeps a short name such as `kube-fanout:0.1.0` as
+    /// is, while its CRI normalizes it to `docker.io/library/...`, a name
+    /// it then cannot find ("failed to get image from containerd"); and a
+    /// second name added with `ctr images tag` is not the one CRI looks up.
     pub async fn import_image(&self, tarball: &Path, reference: &str) -> Result<()> {
-        let imported = self
-            .ctr(&["images", "import", &tarball.display().to_string()])
-            .await?;
-        // "unpacking NAME (sha256:...)...done": the name the layout's
-        // index gave it.
-        let name = imported
-            .split_whitespace()
-            .skip_while(|w| *w != "unpacking")
-            .nth(1)
-            .with_context(|| format!("ctr import named no image: {imported}"))?;
-        if name != reference {
-            self.ctr(&["images", "tag", "--force", name, reference])
-                .await?;
+        let work = tempfile::Builder::new()
+            .prefix("image-")
+            .tempdir_in(self.dir.path())?;
+        let layout = work.path().join("layout");
+        std::fs::create_dir(&layout)?;
+        run_tar(&[
+            "-xf".as_ref(),
+            tarball.as_os_str(),
+            "-C".as_ref(),
+            layout.as_os_str(),
+        ])?;
+        let index_path = layout.join("index.json");
+        let mut index: serde_json::Value = serde_json::from_slice(&std::fs::read(&index_path)?)
+            .with_context(|| format!("{} has no OCI index", tarball.display()))?;
+        let manifests = index["manifests"]
+            .as_array_mut()
+            .context("the OCI index has no manifests")?;
+        for manifest in manifests {
+            manifest["annotations"]["org.opencontainers.image.ref.name"] = reference.into();
         }
+        std::fs::write(&index_path, serde_json::to_vec(&index)?)?;
+        let renamed = work.path().join("image.tar");
+        run_tar(&[
+            "-cf".as_ref(),
+            renamed.as_os_str(),
+            "-C".as_ref(),
+            layout.as_os_str(),
+            ".".as_ref(),
+        ])?;
+        let imported = self
+            .ctr(&["images", "import", &renamed.display().to_string()])
+            .await?;
+        ensure!(
+            imported.contains(&format!("unpacking {reference} ")),
+            "ctr import did not name the image {reference}: {imported}"
+        );
         Ok(())
     }
 
@@ -631,6 +659,13 @@ async fn namespace_init(pid: u32) -> Result<u32> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     bail!("unshare ({pid}) made no PID namespace")
+}
+
+/// Runs tar with `args`.
+fn run_tar(args: &[&std::ffi::OsStr]) -> Result<()> {
+    let status = std::process::Command::new("tar").args(args).status()?;
+    ensure!(status.success(), "tar {args:?} failed ({status})");
+    Ok(())
 }
 
 /// Whether a node's Ready condition is True.
