@@ -9,7 +9,7 @@
 //! `src/lib.rs`). On the wire nothing changes, so clients and grpcurl still
 //! see `kubefanout.v1.WatchEvent`.
 
-use std::{env, path::PathBuf};
+use std::env;
 
 const PROTOS: &[&str] = &["proto/kubefanout/v1/fanout.proto"];
 const INCLUDES: &[&str] = &["proto"];
@@ -21,7 +21,22 @@ fn protoc() -> Result<prost_build::Config, Box<dyn std::error::Error>> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = PathBuf::from(env::var("OUT_DIR")?);
+    println!("cargo:rerun-if-changed=proto");
+    // Without the `grpc` feature: the messages alone, no tonic.
+    if env::var_os("CARGO_FEATURE_GRPC").is_none() {
+        return Ok(protoc()?.compile_protos(PROTOS, INCLUDES)?);
+    }
+    grpc()
+}
+
+#[cfg(not(feature = "grpc"))]
+fn grpc() -> Result<(), Box<dyn std::error::Error>> {
+    unreachable!("called only with the grpc feature")
+}
+
+#[cfg(feature = "grpc")]
+fn grpc() -> Result<(), Box<dyn std::error::Error>> {
+    let out = std::path::PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .build_server(false)
         .file_descriptor_set_path(out.join("kubefanout_descriptor.bin"))
@@ -38,6 +53,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .codec_path("crate::wire::ServerCodec")
         .compile_with_config(protoc()?, PROTOS, INCLUDES)?;
-    println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -38,12 +38,13 @@ use std::{
 use anyhow::bail;
 use futures::StreamExt;
 use kube_fanout::{
-    cache::{Cache, Served},
+    event::EventKind,
     fields::SelectableFields,
     object::ResourceVersion,
+    registry::{Served, ServedTypes},
     resource::ResourceType,
     service::FanoutService,
-    store::{EventKind, Store},
+    store::Store,
     subscription::Limits,
 };
 use kube_fanout_proto::v1::{ResourceRef, WatchRequest, kube_fanout_server::KubeFanout};
@@ -132,7 +133,7 @@ pub async fn dispatch(args: DispatchArgs) -> anyhow::Result<()> {
 async fn case(scope: Scope, n: usize, args: &DispatchArgs) -> anyhow::Result<Figures> {
     let store = Arc::new(Store::new(pods(), HISTORY));
     store.replace(Vec::new(), ResourceVersion(1));
-    let mut cache = Cache::default();
+    let mut cache = ServedTypes::default();
     cache.insert(Served::new(store.clone(), Arc::default()));
     let service = FanoutService::new(Arc::new(cache), Limits::default());
     let delivered = Arc::new(AtomicU64::new(0));

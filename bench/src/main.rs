@@ -47,12 +47,13 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, future::BoxFuture, stream::BoxStream};
 use kube_fanout::{
-    cache::{Cache, Served},
+    event::EventKind,
     fields::SelectableFields,
     object::{Object, ResourceVersion, Transform, TypeMeta, object_key},
+    registry::{Served, ServedTypes},
     resource::ResourceType,
     service::FanoutService,
-    store::{EventKind, Store},
+    store::Store,
     subscription::Limits,
 };
 use kube_fanout_proto::{
@@ -214,7 +215,7 @@ fn median<T, K: Ord>(mut runs: Vec<T>, key: impl Fn(&T) -> K) -> T {
 fn fanout_service() -> (Arc<Store>, FanoutService) {
     let store = Arc::new(Store::new(configmaps(), HISTORY));
     store.replace(Vec::new(), ResourceVersion(1));
-    let mut cache = Cache::default();
+    let mut cache = ServedTypes::default();
     cache.insert(Served::new(store.clone(), Arc::default()));
     let service = FanoutService::new(Arc::new(cache), Limits::default());
     (store, service)

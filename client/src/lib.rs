@@ -26,16 +26,22 @@
 //! # Ok(()) }
 //! ```
 
+mod api;
 mod client;
+mod config;
 mod error;
 mod store;
+mod token;
 pub mod watcher;
 
-pub use client::{Api, BearerToken, Client, ClientConfig, GrpcClient, resource};
+pub use api::{Api, resource};
+pub use client::{Client, GrpcClient};
+pub use config::ClientConfig;
 pub use error::ClientError;
 pub use kube_fanout_proto::GroupVersionResource;
 pub use kube_fanout_proto::v1 as proto;
 pub use store::{LocalStore, reflect};
+pub use token::BearerToken;
 pub use tonic::{
     codec::CompressionEncoding,
     transport::{Certificate, ClientTlsConfig},

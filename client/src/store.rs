@@ -15,7 +15,7 @@ use kube_runtime::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::{client::Api, watcher::WatchError};
+use crate::{api::Api, watcher::WatchError};
 
 /// The objects a [`reflect`] stream has seen, as of its last event.
 #[derive(Debug, Clone)]

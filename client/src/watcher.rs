@@ -49,25 +49,24 @@
 //! objects, like a relist. A unit that changes nothing (only its closing
 //! bookmark) yields nothing.
 
-use std::{collections::BTreeMap, future::Future, time::Duration};
-
-use futures::{Stream, StreamExt, stream::BoxStream};
+use futures::{Stream, StreamExt};
 use kube::{Resource, core::PartialObjectMeta};
-use kube_fanout_proto::{CONNECTION_RETIRED, GroupVersionResource};
-use kube_runtime::watcher::{self, DefaultBackoff, Event};
+use kube_runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
-use tonic::{Code, Status};
-use tracing::{debug, info, warn};
+use tonic::Status;
 
 // Re-exported: callers reading raw streams need them, and the proto crate
 // is not theirs to depend on.
 pub use kube_fanout_proto::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 
-use crate::{
-    client::{Api, Client, decode},
-    error::{ClientError, reason},
-    proto::{EventType, WatchEvent, WatchRequest},
-};
+use crate::{api::Api, error::ClientError, proto::WatchRequest};
+
+mod held;
+mod recovery;
+mod source;
+mod state;
+
+use source::Source;
 
 /// Why a watch yielded an error. The stream goes on after each: it retries
 /// with backoff, as a kube-runtime watcher with `default_backoff` does.
@@ -86,31 +85,6 @@ pub enum WatchError {
 impl From<WatchError> for watcher::Error {
     fn from(err: WatchError) -> Self {
         watcher::Error::WatchFailed(kube::Error::Service(Box::new(err)))
-    }
-}
-
-/// A stream of raw events from one `Watch` call.
-pub(crate) type EventStream = BoxStream<'static, Result<WatchEvent, Status>>;
-
-/// Where a watch's events come from: a kube-fanout server, or a script in
-/// the unit tests.
-pub(crate) trait Source: Send + 'static {
-    /// Starts a watch.
-    fn open(
-        &mut self,
-        request: WatchRequest,
-    ) -> impl Future<Output = Result<EventStream, Status>> + Send;
-    /// Moves to the next server after a failure.
-    fn reconnect(&mut self) -> impl Future<Output = Result<(), ClientError>> + Send;
-}
-
-impl Source for Client {
-    async fn open(&mut self, request: WatchRequest) -> Result<EventStream, Status> {
-        Ok(self.grpc().watch(request).await?.into_inner().boxed())
-    }
-
-    async fn reconnect(&mut self) -> Result<(), ClientError> {
-        Client::reconnect(self).await
     }
 }
 
@@ -193,225 +167,23 @@ where
     watch(api, config).map(|r| r.map_err(watcher::Error::from))
 }
 
-/// What to do after a stream ended or failed to start.
-#[derive(Debug)]
-enum Next {
-    /// Resume after the last resourceVersion, after a backoff delay.
-    Resume,
-    /// Take a new snapshot right away: the resume point is gone.
-    Snapshot,
-    /// Tell the caller, then retry after a backoff delay.
-    Refused,
-    /// Resume at once on the same server: it retired the connection
-    /// (`--max-connection-age-seconds`), a routine move, and the channel
-    /// opens a new one after the server's GOAWAY.
-    Move,
-}
-
-fn next_after(status: &Status) -> Next {
-    if status.code() == Code::Unavailable && reason(status).as_deref() == Some(CONNECTION_RETIRED) {
-        return Next::Move;
-    }
-    match status.code() {
-        Code::OutOfRange => Next::Snapshot,
-        Code::NotFound
-        | Code::InvalidArgument
-        | Code::PermissionDenied
-        | Code::Unauthenticated
-        | Code::FailedPrecondition
-        | Code::Unimplemented => Next::Refused,
-        // Unavailable (shutdown, no server), ResourceExhausted (lagged),
-        // DeadlineExceeded (a replica behind the asked RV), transport
-        // errors: all heal by themselves.
-        _ => Next::Resume,
-    }
-}
-
-/// How the watcher keys the objects it delivered: namespace (empty for
-/// cluster-scoped objects) and name.
-type Key = (String, String);
-
-fn key<K: Resource>(object: &K) -> Key {
-    let meta = object.meta();
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
-
-/// A re-sync unit being received: its resourceVersion and the changes so
-/// far, each an object and whether it was deleted.
-struct Unit<K> {
-    resource_version: String,
-    changes: Vec<(K, bool)>,
-}
-
-/// The watch loop over any [`Source`].
+/// The watch over any [`Source`]: the state machine, stepped once per
+/// item, as kube-runtime's watcher is.
 fn run<K, S>(
-    mut source: S,
+    source: S,
     request: WatchRequest,
 ) -> impl Stream<Item = Result<Event<K>, WatchError>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Send + 'static,
     S: Source,
 {
-    let mut backoff = DefaultBackoff::default();
-    let resource = request
-        .resource
-        .clone()
-        .map(|r| GroupVersionResource::from(r).to_string())
-        .unwrap_or_default();
-    async_stream::stream! {
-        // The resume point: the RV of the last finished unit; None until a
-        // snapshot has completed, and again after Expired.
-        let mut resume: Option<String> = None;
-        // What the caller holds as of the last finished unit: every object
-        // yielded and not deleted since. A re-sync unit is applied to it.
-        let mut held: BTreeMap<Key, K> = BTreeMap::new();
-        loop {
-            let snapshot = resume.is_none();
-            let opened = source
-                .open(WatchRequest {
-                    resource_version: resume.clone().unwrap_or_default(),
-                    send_initial_events: snapshot,
-                    ..request.clone()
-                })
-                .await;
-            let failure = match opened {
-                Err(status) => status,
-                Ok(mut events) => {
-                    let mut in_snapshot = snapshot;
-                    // The re-sync unit being received, dropped with the
-                    // stream if it breaks before the unit is finished.
-                    let mut unit: Option<Unit<K>> = None;
-                    if snapshot {
-                        held.clear();
-                        yield Ok(Event::Init);
-                    }
-                    loop {
-                        let event = match events.next().await {
-                            Some(Ok(event)) => event,
-                            Some(Err(status)) => break status,
-                            None => break Status::unavailable("the server ended the watch"),
-                        };
-                        let kind = event.r#type();
-                        if in_snapshot {
-                            if ends_initial_events(&event) {
-                                in_snapshot = false;
-                                resume = Some(event.resource_version);
-                                yield Ok(Event::InitDone);
-                            } else if kind != EventType::Bookmark {
-                                match decode::<K>(&event.object) {
-                                    Err(err) => yield Err(WatchError::Decode(err)),
-                                    Ok(object) => {
-                                        held.insert(key(&object), object.clone());
-                                        yield Ok(Event::InitApply(object));
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        if let Some(open) = &unit
-                            && (!event.resync || event.resource_version != open.resource_version)
-                        {
-                            // Applying it would mix the unit with what is
-                            // not part of it; resuming gets the unit again.
-                            break Status::internal(format!(
-                                "the server broke a re-sync unit at resourceVersion {} with a {} event at {} (resync={})",
-                                open.resource_version,
-                                kind.as_str_name(),
-                                event.resource_version,
-                                event.resync,
-                            ));
-                        }
-                        if ends_resync(&event) {
-                            resume = Some(event.resource_version);
-                            let changes = unit.take().map(|u| u.changes).unwrap_or_default();
-                            if changes.is_empty() {
-                                continue;
-                            }
-                            for (object, deleted) in changes {
-                                if deleted {
-                                    held.remove(&key(&object));
-                                } else {
-                                    held.insert(key(&object), object);
-                                }
-                            }
-                            // Copied out first: a borrow of `held` held
-                            // across a yield would need K: Sync.
-                            let state: Vec<K> = held.values().cloned().collect();
-                            yield Ok(Event::Init);
-                            for object in state {
-                                yield Ok(Event::InitApply(object));
-                            }
-                            yield Ok(Event::InitDone);
-                            continue;
-                        }
-                        if event.resync {
-                            let open = unit.get_or_insert_with(|| Unit {
-                                resource_version: event.resource_version.clone(),
-                                changes: Vec::new(),
-                            });
-                            match decode::<K>(&event.object) {
-                                Err(err) => yield Err(WatchError::Decode(err)),
-                                Ok(object) => open.changes.push((object, kind == EventType::Deleted)),
-                            }
-                            continue;
-                        }
-                        // A live event or a bookmark: a unit of its own.
-                        if kind != EventType::Bookmark {
-                            match decode::<K>(&event.object) {
-                                Err(err) => yield Err(WatchError::Decode(err)),
-                                Ok(object) if kind == EventType::Deleted => {
-                                    held.remove(&key(&object));
-                                    yield Ok(Event::Delete(object));
-                                }
-                                Ok(object) => {
-                                    held.insert(key(&object), object.clone());
-                                    yield Ok(Event::Apply(object));
-                                }
-                            }
-                        }
-                        resume = Some(event.resource_version);
-                    }
-                }
-            };
-            // kube-runtime's backoffs never run out; the cap is a guard.
-            let mut delay = || backoff.next().unwrap_or(Duration::from_secs(30));
-            match next_after(&failure) {
-                Next::Snapshot => {
-                    info!(%resource, reason = reason(&failure).unwrap_or_default(), "resume point expired; taking a new snapshot");
-                    resume = None;
-                    continue;
-                }
-                Next::Refused => {
-                    let delay = delay();
-                    warn!(%resource, code = %failure.code(), message = failure.message(), retry_in = ?delay, "watch refused");
-                    yield Err(WatchError::Refused(failure));
-                    tokio::time::sleep(delay).await;
-                }
-                Next::Move => {
-                    debug!(%resource, resume_after = resume.as_deref().unwrap_or("(new snapshot)"), "connection retired by the server; resuming on a new one");
-                    continue;
-                }
-                Next::Resume => {
-                    let delay = delay();
-                    warn!(
-                        %resource,
-                        code = %failure.code(),
-                        message = failure.message(),
-                        resume_after = resume.as_deref().unwrap_or("(new snapshot)"),
-                        retry_in = ?delay,
-                        "watch interrupted"
-                    );
-                    tokio::time::sleep(delay).await;
-                }
-            }
-            if let Err(err) = source.reconnect().await {
-                warn!(%resource, error = %err, "no kube-fanout server reachable; will retry");
-            }
-        }
-    }
+    futures::stream::unfold(
+        (state::Machine::new(source, request), state::State::Empty),
+        |(mut machine, state)| async move {
+            let (item, state) = machine.next(state).await;
+            Some((item, (machine, state)))
+        },
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,12 @@
 //! what its server and client must agree on beyond the messages: how a
 //! resource type is named ([`GroupVersionResource`]), how a Watch stream
 //! marks the end of a unit ([`ends_initial_events`], [`ends_resync`]), and
-//! the status reasons a client acts on by name ([`CONNECTION_RETIRED`]).
+//! the status reasons a client acts on by name ([`CONNECTION_RETIRED`],
+//! [`EXPIRED`], ...).
+//!
+//! The `grpc` feature (on by default) adds the tonic client and server
+//! stubs and the server's codec; without it the crate is the messages
+//! alone, so the server's tonic-free core can use them.
 
 mod resource;
 mod unit;
@@ -17,16 +22,50 @@ pub use unit::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 /// failing over as from a server going away.
 pub const CONNECTION_RETIRED: &str = "ConnectionRetired";
 
-/// Package `kubefanout.v1`.
+/// The domain of kube-fanout's `google.rpc.ErrorInfo` details.
+pub const ERROR_DOMAIN: &str = "kube-fanout.io";
+
+/// The `ErrorInfo` reason of a Watch or List that asked for a
+/// resourceVersion older than the server's history (or inside a re-sync
+/// gap): the client takes a new snapshot.
+pub const EXPIRED: &str = "Expired";
+
+/// The `ErrorInfo` reason of a request for a resourceVersion newer than
+/// the server has seen yet.
+pub const TOO_LARGE_RESOURCE_VERSION: &str = "TooLargeResourceVersion";
+
+/// The reason of a Watch refused because the server's cache of the type
+/// has not synced yet.
+pub const NOT_SYNCED: &str = "NotSynced";
+
+/// The `ErrorInfo` reason of a Watch ended because the server is shutting
+/// down: the client resumes, from the resourceVersion the status carries,
+/// elsewhere.
+pub const SHUTTING_DOWN: &str = "ShuttingDown";
+
+/// The `ErrorInfo` reason of a Watch ended because its subscriber fell too
+/// far behind: the client resumes from the resourceVersion the status
+/// carries.
+pub const SUBSCRIBER_LAGGED: &str = "SubscriberLagged";
+
+/// The `ErrorInfo` reason of a call refused because too many TokenReviews
+/// are in flight for unknown tokens: the client retries after the
+/// `RetryInfo` delay.
+pub const TOKEN_REVIEWS_THROTTLED: &str = "TokenReviewsThrottled";
+
+/// Package `kubefanout.v1`: its messages, and with the `grpc` feature its
+/// tonic client and server.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {
-    tonic::include_proto!("kubefanout.v1");
+    include!(concat!(env!("OUT_DIR"), "/kubefanout.v1.rs"));
     // The server, generated apart so that Watch writes pre-encoded events
     // (see `build.rs` and [`crate::wire`]).
+    #[cfg(feature = "grpc")]
     include!(concat!(env!("OUT_DIR"), "/server/kubefanout.v1.rs"));
 
     /// The encoded `FileDescriptorSet` of this package, for gRPC server
     /// reflection.
+    #[cfg(feature = "grpc")]
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("kubefanout_descriptor");
 }
@@ -36,17 +75,22 @@ pub mod v1 {
 /// bytes one encode made go to every subscriber.
 #[allow(missing_docs, clippy::all)]
 pub mod wire {
-    use std::{io::Write as _, marker::PhantomData, sync::Arc};
+    #[cfg(feature = "grpc")]
+    use std::marker::PhantomData;
+    use std::{io::Write as _, sync::Arc};
 
+    #[cfg(feature = "grpc")]
+    use prost::Message;
     use prost::{
-        Message,
         bytes::{BufMut, Bytes},
         encoding::{WireType, encode_key, encode_varint},
     };
+    #[cfg(feature = "grpc")]
     use tonic::{
         Status,
         codec::{BufferSettings, Codec, EncodeBuf, Encoder},
     };
+    #[cfg(feature = "grpc")]
     use tonic_prost::ProstDecoder;
 
     use crate::v1::EventType;
@@ -153,12 +197,14 @@ pub mod wire {
         }
     }
 
+    #[cfg(feature = "grpc")]
     /// A response the server writes.
     pub trait ServerMessage: Send + 'static {
         /// Appends the encoded message to `buf`.
         fn write(self, buf: &mut EncodeBuf<'_>) -> Result<(), Status>;
     }
 
+    #[cfg(feature = "grpc")]
     impl<T: Message + Send + 'static> ServerMessage for T {
         fn write(self, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
             self.encode(buf)
@@ -166,6 +212,7 @@ pub mod wire {
         }
     }
 
+    #[cfg(feature = "grpc")]
     impl ServerMessage for EncodedWatchEvent {
         fn write(self, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
             match self {
@@ -180,21 +227,25 @@ pub mod wire {
         }
     }
 
+    #[cfg(feature = "grpc")]
     /// The generated server's codec: requests are decoded with prost,
     /// responses written as [`ServerMessage`]s.
     #[derive(Debug)]
     pub struct ServerCodec<T, U>(PhantomData<fn() -> (T, U)>);
 
+    #[cfg(feature = "grpc")]
     impl<T, U> Default for ServerCodec<T, U> {
         fn default() -> Self {
             ServerCodec(PhantomData)
         }
     }
 
+    #[cfg(feature = "grpc")]
     /// Writes [`ServerMessage`]s.
     #[derive(Debug)]
     pub struct ServerEncoder<T>(PhantomData<fn(T)>);
 
+    #[cfg(feature = "grpc")]
     impl<T: ServerMessage> Encoder for ServerEncoder<T> {
         type Item = T;
         type Error = Status;
@@ -216,6 +267,7 @@ pub mod wire {
         }
     }
 
+    #[cfg(feature = "grpc")]
     impl<T, U> Codec for ServerCodec<T, U>
     where
         T: ServerMessage,
@@ -237,6 +289,8 @@ pub mod wire {
 
     #[cfg(test)]
     mod tests {
+        use prost::Message;
+
         use super::*;
         use crate::v1::WatchEvent;
 

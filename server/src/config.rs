@@ -4,6 +4,8 @@ use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
+use kube_fanout_core::dispatch::IndexFieldFlag;
+
 use crate::{
     auth::{
         authn::TokenCacheTtl,
@@ -12,7 +14,6 @@ use crate::{
         limits::CallerLimits,
     },
     connections::ConnectionLimits,
-    dispatch::IndexFieldFlag,
     keepalive::Keepalive,
     list_budget::ListBytesLimits,
     object::Transform,

@@ -5,30 +5,19 @@
 //! store: a consistent snapshot, like the API server's watch-list, then
 //! every later change in order. [`service`] is the thin gRPC layer and
 //! [`server`] wires it all together.
+//!
+//! This crate only wires: its [`config`] (flags), [`metrics`] and
+//! [`server`] start the crates below it. Those crates' modules are
+//! re-exported here under the paths the binary, the end-to-end tests and
+//! the benchmark use (see the README's Architecture section for the
+//! layers).
 
-pub mod auth;
-pub mod backoff;
-pub mod cache;
-pub mod codec;
+pub use kube_fanout_auth as auth;
+pub use kube_fanout_core::{event, fields, object, registry, resource, store, subscription};
+pub use kube_fanout_listener::{connections, keepalive, retire, tls};
+pub use kube_fanout_reflector as reflector;
+pub use kube_fanout_service::{list_budget, service};
+
 pub mod config;
-pub mod connections;
-pub mod dispatch;
-pub mod error;
-pub mod fields;
-pub mod filter;
-pub mod keepalive;
-pub mod list_budget;
 pub mod metrics;
-pub mod object;
-pub mod paging;
-pub mod projection;
-pub mod reflector;
-pub mod resource;
-pub mod retire;
 pub mod server;
-pub mod service;
-pub mod store;
-pub mod subscription;
-pub mod tls;
-pub mod upstream;
-pub mod validation;

@@ -26,22 +26,23 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 
+use kube_fanout_core::reflector_status::ReflectorStatus;
+
 use crate::{
     auth::{
         http_access::{HttpAccess, http_status},
         reviews::NonResourceAttributes,
     },
-    cache::{Cache, Served},
     connections::{self, ConnectionStats},
     keepalive::Keepalive,
-    reflector::ReflectorStatus,
+    registry::{Served, ServedTypes},
     store::StoreStatus,
     tls::{self, Conn},
 };
 
 /// Reads every served type's state when scraped.
 #[derive(Debug)]
-pub struct CacheCollector(pub Arc<Cache>);
+pub struct CacheCollector(pub Arc<ServedTypes>);
 
 /// One metric family: its name, help, type, and how to read its value.
 struct Family {
@@ -275,7 +276,7 @@ impl Collector for ConnectionCollector {
 /// The registry holding the cache's metrics and those of the listeners'
 /// `connections`.
 pub fn registry(
-    cache: Arc<Cache>,
+    cache: Arc<ServedTypes>,
     connections: Vec<(&'static str, Arc<connections::Connections>)>,
 ) -> Registry {
     let mut registry = Registry::default();
@@ -392,19 +393,14 @@ impl axum::serve::Listener for Connections {
 
 #[cfg(test)]
 mod tests {
+    use kube_fanout_core::fixtures::{configmaps, object};
     use parking_lot::Mutex;
 
     use crate::connections::ConnectionLimits;
 
     use super::*;
-    use crate::{
-        filter::Filter,
-        object::ResourceVersion,
-        store::{
-            EventKind, Store,
-            tests::{configmaps, object},
-        },
-    };
+    use crate::{event::EventKind, object::ResourceVersion, store::Store};
+    use kube_fanout_core::filter::Filter;
 
     #[test]
     fn every_family_is_exposed_per_resource_type_with_its_value() {
@@ -425,7 +421,7 @@ mod tests {
             failures: 1,
             ..ReflectorStatus::default()
         }));
-        let mut cache = Cache::default();
+        let mut cache = ServedTypes::default();
         cache.insert(Served::new(store, reflector));
         let served = cache.iter().next().unwrap().clone();
         let subscriber = served.subscriber("");
@@ -481,7 +477,7 @@ mod tests {
         connections.handshake_failed();
         let health = connections::Connections::new(ConnectionLimits::default());
         let text = render(&registry(
-            Arc::new(Cache::default()),
+            Arc::new(ServedTypes::default()),
             vec![("grpc", connections), ("health", health)],
         ))
         .unwrap();

@@ -9,6 +9,8 @@ use tokio::{net::TcpListener, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use kube_fanout_core::dispatch::{IndexFieldFlag, IndexedField, UnindexableField};
+
 use crate::{
     auth::{
         Access, Authenticator, Authorizer,
@@ -20,21 +22,20 @@ use crate::{
         limits::{CallerLimits, Limiter},
         reviews::{KubeReviews, ReviewClient},
     },
-    cache::{Cache, Served},
     connections::{ConnectionLimits, Connections},
-    dispatch::{IndexFieldFlag, IndexedField, UnindexableField},
     keepalive::Keepalive,
     list_budget::{HoldListBytes, ListBudget, ListBytesLimits},
     metrics,
     reflector::{Reflector, ReflectorConfig},
+    registry::{Served, ServedTypes},
     resource::{GroupVersionResource, ResourceError, ResourceType},
     retire::MaxConnectionAge,
     service::FanoutService,
     store::{HistoryLimits, Store},
     subscription::Limits,
     tls::{self, TlsError, TlsFiles},
-    validation::MAX_REQUEST_BYTES,
 };
+use kube_fanout_service::MAX_REQUEST_BYTES;
 
 /// What the server needs besides an API client and a listener.
 #[derive(Debug, Clone)]
@@ -188,7 +189,7 @@ pub struct Running {
     /// asked for.
     pub health_addr: Option<SocketAddr>,
     /// The served types.
-    pub cache: Arc<Cache>,
+    pub cache: Arc<ServedTypes>,
     tasks: JoinSet<Result<(), ServeError>>,
     cancel: CancellationToken,
 }
@@ -243,7 +244,7 @@ pub async fn start(
         types.push((resource, indexed));
     }
     let mut tasks = JoinSet::new();
-    let mut cache = Cache::default();
+    let mut cache = ServedTypes::default();
     for (resource, indexed) in types {
         let span = info_span!("reflector", resource = %resource.gvr);
         let store = Arc::new(Store::with_index(resource, options.history, indexed));
@@ -542,7 +543,7 @@ fn refuse_unauthenticated_metrics(
 /// following. Open watches are not touched. Liveness (`""`) stays SERVING
 /// once synced: a restart would not bring the API server back.
 async fn report_health(
-    cache: Arc<Cache>,
+    cache: Arc<ServedTypes>,
     health: tonic_health::server::HealthReporter,
     unready_after: Option<Duration>,
     cancel: CancellationToken,

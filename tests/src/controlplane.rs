@@ -12,9 +12,13 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
+
+use crate::{
+    eventually::{Look, eventually},
+    pki::Ca,
+};
 
 /// The token of the static admin user (group system:masters).
 pub const ADMIN_TOKEN: &str = "kube-fanout-test-admin-token";
@@ -455,16 +459,11 @@ pub fn tied_command(program: &Path) -> Command {
 /// localhost and `serving_ips`), the service-account key pair and the
 /// static token file; returns the CA.
 fn write_credentials(d: &Path, serving_ips: &[String]) -> Result<String> {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-    let serving_key = KeyPair::generate()?;
-    let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-    names.extend(serving_ips.iter().cloned());
-    let serving = CertificateParams::new(names)?.signed_by(&serving_key, &ca)?;
-    std::fs::write(d.join("serving.crt"), serving.pem())?;
-    std::fs::write(d.join("serving.key"), serving_key.serialize_pem())?;
-    let sa = KeyPair::generate()?;
+    let ca = Ca::new("kube-apiserver")?;
+    let serving = ca.serving_with(serving_ips)?;
+    std::fs::write(d.join("serving.crt"), serving.cert)?;
+    std::fs::write(d.join("serving.key"), serving.key)?;
+    let sa = rcgen::KeyPair::generate()?;
     std::fs::write(d.join("sa.key"), sa.serialize_pem())?;
     std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
     let mut tokens = format!("{ADMIN_TOKEN},admin,admin,system:masters\n");
@@ -515,18 +514,18 @@ current-context: test
 /// Polls `/readyz` through `client` until it answers, `alive` fails (a
 /// process exited), or [`READY_TIMEOUT`] passes.
 async fn poll_ready(client: &kube::Client, mut alive: impl FnMut() -> Result<()>) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-    loop {
-        alive()?;
-        let readyz = http::Request::get("/readyz").body(Vec::new())?;
-        if client.request_text(readyz).await.is_ok() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("kube-apiserver not ready after {READY_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually("kube-apiserver answering /readyz")
+        .within(READY_TIMEOUT)
+        .every(Duration::from_millis(200))
+        .until_done(async || {
+            alive()?;
+            let readyz = http::Request::get("/readyz").body(Vec::new())?;
+            Ok(match client.request_text(readyz).await {
+                Ok(_) => Look::Done(()),
+                Err(err) => Look::NotYet(err.to_string()),
+            })
+        })
+        .await
 }
 
 /// A kube client from a kubeconfig file.

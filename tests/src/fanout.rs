@@ -5,7 +5,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use kube_fanout::{
     connections::ConnectionLimits,
     keepalive::Keepalive,
@@ -16,6 +16,8 @@ use kube_fanout::{
 };
 use kube_fanout_client::Client;
 use tokio_util::sync::CancellationToken;
+
+use crate::eventually::eventually;
 
 /// A running kube-fanout.
 pub struct Fanout {
@@ -92,13 +94,11 @@ impl Fanout {
     /// Waits until every reflector has synced.
     pub async fn wait_synced(&self) -> Result<()> {
         let cache = &self.running.as_ref().context("stopped")?.cache;
-        for _ in 0..600 {
-            if cache.all_synced() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("kube-fanout did not sync within 30s")
+        eventually("every reflector of kube-fanout synced")
+            .every(Duration::from_millis(50))
+            .until(async || Ok(cache.all_synced()), |synced| *synced)
+            .await?;
+        Ok(())
     }
 
     /// Stops the server and waits until every task has ended.

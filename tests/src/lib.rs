@@ -5,7 +5,9 @@
 //! helm ([`helm`]), and the randomized fault test of the Watch contract
 //! ([`faults`]).
 
+pub mod clients;
 pub mod controlplane;
+pub mod eventually;
 pub mod fanout;
 pub mod faults;
 pub mod helm;
@@ -13,6 +15,7 @@ pub mod node;
 pub mod pki;
 pub mod process;
 pub mod proxy;
+pub mod rbac;
 pub mod support;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for

@@ -44,7 +44,10 @@ use tokio::process::Child;
 
 pub use self::cgroup::Cgroup;
 pub use self::forward::Forwarder;
-use crate::controlplane::{ControlPlane, Options, free_port, spawn};
+use crate::{
+    controlplane::{ControlPlane, Options, free_port, spawn},
+    eventually::{Look, eventually},
+};
 
 /// The node's address: its bridge's, where pods reach the node, the
 /// kubelet's probes come from and the API server is forwarded.
@@ -576,9 +579,10 @@ echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
         .await
     }
 
-    /// Polls `check` until it gives a value, a component of the node exits
-    /// or `timeout` passes (then the error names `what` and quotes the
-    /// kubelet's log).
+    /// Waits (with [`eventually`]) until `check` gives a value, looking
+    /// twice a second; a component of the node that exits ends the wait at
+    /// once, and a timeout's error also quotes the kubelet's log. An error
+    /// from `check` counts as not yet (an object or a log not there yet).
     pub async fn wait_for<T, F, Fut>(
         &self,
         what: &str,
@@ -589,23 +593,19 @@ echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>>>,
     {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut last_error = None;
-        loop {
-            self.check_alive()?;
-            match check().await {
-                Ok(Some(value)) => return Ok(value),
-                Ok(None) => {}
-                Err(e) => last_error = Some(e),
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "no {what} after {timeout:?} (last error: {last_error:?}); the kubelet's log ends:\n{}",
-                    self.log_tail("kubelet", 20)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        eventually(what)
+            .within(timeout)
+            .every(Duration::from_millis(500))
+            .until_done(async || {
+                self.check_alive()?;
+                Ok(match check().await {
+                    Ok(Some(value)) => Look::Done(value),
+                    Ok(None) => Look::NotYet("not yet".to_owned()),
+                    Err(e) => Look::NotYet(format!("{e:#}")),
+                })
+            })
+            .await
+            .with_context(|| format!("the kubelet's log ends:\n{}", self.log_tail("kubelet", 20)))
     }
 }
 

@@ -3,6 +3,8 @@
 //! group, as the API server and kube-fanout read them), also with subjects
 //! of shapes rcgen cannot write (see [`subject`]).
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, Result};
 use base64::Engine;
 use rcgen::{
@@ -25,6 +27,17 @@ pub struct Pair {
     pub key: String,
 }
 
+impl Pair {
+    /// Writes the certificate and key as `tls.crt` and `tls.key` in `dir`
+    /// (as a `kubernetes.io/tls` Secret is mounted); their paths.
+    pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, &self.cert)?;
+        std::fs::write(&key, &self.key)?;
+        Ok((cert, key))
+    }
+}
+
 impl Ca {
     /// A new self-signed CA named `name` (distinct names keep chains apart).
     pub fn new(name: &str) -> Result<Self> {
@@ -44,9 +57,16 @@ impl Ca {
 
     /// A serving certificate for `localhost` and 127.0.0.1.
     pub fn serving(&self) -> Result<Pair> {
+        self.serving_with(&[])
+    }
+
+    /// A serving certificate for localhost, 127.0.0.1 and `more` (names
+    /// or IP addresses).
+    pub fn serving_with(&self, more: &[String]) -> Result<Pair> {
         let key = KeyPair::generate()?;
-        let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?
-            .signed_by(&key, &self.issuer)?;
+        let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        names.extend(more.iter().cloned());
+        let cert = CertificateParams::new(names)?.signed_by(&key, &self.issuer)?;
         Ok(Pair {
             cert: cert.pem(),
             key: key.serialize_pem(),

@@ -1,13 +1,22 @@
 //! The kube-fanout binary run as a child process, the way a pod runs it
 //! (its own flags, environment and credentials), killed when dropped.
 
-use std::{net::SocketAddr, path::PathBuf, process::Stdio, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
+use crate::{
+    controlplane::{ControlPlane, free_port},
+    eventually::{Look, eventually},
+    support,
+};
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
+
+use tonic_health::pb::health_check_response::ServingStatus;
 
 /// The health service the chart's readiness probe asks for: SERVING once
 /// every resource type has synced.
@@ -46,6 +55,23 @@ impl FanoutProcess {
         })
     }
 
+    /// Starts `binary` against the API server of `cp` with `args` and
+    /// otherwise its default flags (only its listeners, on free loopback
+    /// ports, and the kubeconfig set), logging into the control plane's
+    /// directory, and waits until it is ready.
+    pub async fn serving(binary: &Path, cp: &ControlPlane, args: &[&str]) -> Result<Self> {
+        let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .arg(format!("--listen={addr}"))
+            .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
+            .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
+        let mut server = Self::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
+        server.wait_serving(READINESS_SERVICE).await?;
+        Ok(server)
+    }
+
     /// Asks health on `addr` (the process's plaintext `--health-listen`,
     /// when its gRPC port serves TLS) instead of the gRPC port.
     pub fn with_health_addr(mut self, addr: SocketAddr) -> Self {
@@ -61,38 +87,26 @@ impl FanoutProcess {
     /// What grpc.health.v1 says of `service`, as the kubelet's gRPC probe
     /// asks it.
     pub async fn health(&self, service: &str) -> Result<ServingStatus> {
-        let channel =
-            tonic::transport::Channel::from_shared(format!("http://{}", self.health_addr))?
-                .connect()
-                .await?;
-        let mut client = HealthClient::new(channel);
-        let response = client
-            .check(HealthCheckRequest {
-                service: service.to_owned(),
-            })
-            .await?;
-        Ok(response.into_inner().status())
+        support::health(self.health_addr, service).await
     }
 
     /// Waits until health reports `service` SERVING; fails with the log if
     /// the process exits or [`READY_TIMEOUT`] passes.
     pub async fn wait_serving(&mut self, service: &str) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("kube-fanout exited with {status}:\n{}", self.log_tail());
-            }
-            if let Ok(ServingStatus::Serving) = self.health(service).await {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "kube-fanout not SERVING {service:?} after {READY_TIMEOUT:?}:\n{}",
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let waited = eventually(format!("kube-fanout SERVING {service:?}"))
+            .within(READY_TIMEOUT)
+            .every(Duration::from_millis(200))
+            .until_done(async || {
+                if let Some(status) = self.child.try_wait()? {
+                    bail!("kube-fanout exited with {status}");
+                }
+                Ok(match self.health(service).await {
+                    Ok(ServingStatus::Serving) => Look::Done(()),
+                    other => Look::NotYet(other),
+                })
+            })
+            .await;
+        waited.with_context(|| format!("kube-fanout's log:\n{}", self.log_tail()))
     }
 
     /// The last lines of its log, for failure messages.

@@ -1,7 +1,10 @@
 //! Small helpers the end-to-end tests share: reading a watch stream with a
 //! deadline, decoding objects, and asking the API server for the truth.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -11,6 +14,9 @@ use kube_fanout_client::{
     watcher::ends_initial_events,
 };
 use tonic::Streaming;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 
 /// How long a test waits for any single event.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -74,6 +80,44 @@ pub async fn read_snapshot(
             bail!("{name} was sent twice in the snapshot");
         }
     }
+}
+
+/// The `namespace/name` of an object sent as JSON, of any kind.
+pub fn object_key(json: &str) -> Result<String> {
+    let object: serde_json::Value = serde_json::from_str(json)?;
+    let meta = &object["metadata"];
+    Ok(format!(
+        "{}/{}",
+        meta["namespace"].as_str().unwrap_or_default(),
+        meta["name"].as_str().unwrap_or_default()
+    ))
+}
+
+/// The `namespace/name` of each object of a watch's initial events, up to
+/// the bookmark that ends them.
+pub async fn initial_keys(stream: &mut Streaming<WatchEvent>) -> Result<BTreeSet<String>> {
+    let mut keys = BTreeSet::new();
+    loop {
+        let event = next_event(stream).await?;
+        if ends_initial_events(&event) {
+            return Ok(keys);
+        }
+        keys.insert(object_key(&event.object)?);
+    }
+}
+
+/// What grpc.health.v1 on `addr` (plaintext) says of `service`, as the
+/// kubelet's gRPC probe asks it.
+pub async fn health(addr: std::net::SocketAddr, service: &str) -> Result<ServingStatus> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await?;
+    Ok(answer.into_inner().status())
 }
 
 /// A ConfigMap's name and resourceVersion.
@@ -224,20 +268,11 @@ pub async fn https_get(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, String)> {
-    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use rustls_pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let config = crate::clients::rustls_config(ca, b"http/1.1")?;
     let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+    let mut stream = tokio_rustls::TlsConnector::from(config)
         .connect(ServerName::try_from(server_name.to_owned())?, tcp)
         .await?;
     let authorization = token

@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret},
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    rbac::v1::RoleBinding,
 };
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube_fanout::{
@@ -16,13 +16,18 @@ use kube_fanout::{
     server::{AuthOptions, Security},
 };
 use kube_fanout_client::{
-    Client, ClientConfig,
+    Client,
     proto::{GetRequest, ListRequest, WatchRequest},
 };
 use kube_fanout_tests::{
+    clients::plaintext,
     controlplane::{ControlPlane, user_token},
+    eventually::{Look, eventually},
     fanout::Fanout,
-    support::{create_configmap, create_namespace, next_change, read_snapshot},
+    rbac::{grant, rule, service_account, until_api_server_lists, user},
+    support::{
+        create_configmap, create_namespace, initial_keys, next_change, object_key, read_snapshot,
+    },
 };
 use serde::de::DeserializeOwned;
 use tonic::Code;
@@ -41,98 +46,12 @@ enum Answer {
     Refused(Code),
 }
 
-fn rule(verbs: &[&str], resource: &str) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec![resource.to_owned()]),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    }
-}
-
-fn user(name: &str) -> Subject {
-    Subject {
-        kind: "User".into(),
-        name: name.into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }
-}
-
-fn service_account(namespace: &str, name: &str) -> Subject {
-    Subject {
-        kind: "ServiceAccount".into(),
-        name: name.into(),
-        namespace: Some(namespace.into()),
-        ..Subject::default()
-    }
-}
-
 async fn create<K>(api: &Api<K>, object: &K) -> Result<()>
 where
     K: kube::Resource + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
 {
     api.create(&PostParams::default(), object).await?;
     Ok(())
-}
-
-/// A Role in `namespace` with `rules`, bound to `subjects`.
-async fn grant_role(
-    admin: &kube::Client,
-    namespace: &str,
-    name: &str,
-    rules: Vec<PolicyRule>,
-    subjects: Vec<Subject>,
-) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some(name.into());
-    role.rules = Some(rules);
-    create(&Api::namespaced(admin.clone(), namespace), &role).await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some(name.into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: name.into(),
-    };
-    binding.subjects = Some(subjects);
-    create(&Api::namespaced(admin.clone(), namespace), &binding).await
-}
-
-/// A ClusterRole with `rules`, bound cluster-wide to `subjects`.
-async fn grant_cluster_role(
-    admin: &kube::Client,
-    name: &str,
-    rules: Vec<PolicyRule>,
-    subjects: Vec<Subject>,
-) -> Result<()> {
-    let mut role = ClusterRole::default();
-    role.metadata.name = Some(name.into());
-    role.rules = Some(rules);
-    create(&Api::all(admin.clone()), &role).await?;
-    let mut binding = ClusterRoleBinding::default();
-    binding.metadata.name = Some(name.into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "ClusterRole".into(),
-        name: name.into(),
-    };
-    binding.subjects = Some(subjects);
-    create(&Api::all(admin.clone()), &binding).await
-}
-
-/// Waits until the API server itself lets `token` list configmaps in
-/// `namespace` (its RBAC authorizer learns new bindings through an
-/// informer, a moment after they are written).
-async fn until_api_server_allows(cp: &ControlPlane, token: &str, namespace: &str) -> Result<()> {
-    let api: Api<ConfigMap> = Api::namespaced(cp.client_with_token(token)?, namespace);
-    for _ in 0..100 {
-        if api.list(&ListParams::default()).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the API server never allowed the grant in {namespace:?}")
 }
 
 fn names<K: kube::Resource>(objects: impl IntoIterator<Item = K>) -> BTreeSet<String> {
@@ -233,15 +152,6 @@ async fn fanout_answer(
         code @ (Code::PermissionDenied | Code::Unauthenticated) => Ok(Answer::Refused(code)),
         _ => bail!("unexpected status {status:?}"),
     };
-    let decoded = |json: &str| -> Result<String> {
-        let object: serde_json::Value = serde_json::from_str(json)?;
-        let meta = &object["metadata"];
-        Ok(format!(
-            "{}/{}",
-            meta["namespace"].as_str().unwrap_or_default(),
-            meta["name"].as_str().unwrap_or_default()
-        ))
-    };
     let grpc = client.grpc();
     match verb {
         "get" => {
@@ -252,7 +162,9 @@ async fn fanout_answer(
                 metadata_only: false,
             };
             match grpc.get(request).await {
-                Ok(r) => Ok(Answer::Allowed([decoded(&r.into_inner().object)?].into())),
+                Ok(r) => Ok(Answer::Allowed(
+                    [object_key(&r.into_inner().object)?].into(),
+                )),
                 Err(status) => refused(status),
             }
         }
@@ -267,7 +179,7 @@ async fn fanout_answer(
                     r.into_inner()
                         .objects
                         .iter()
-                        .map(|o| decoded(o))
+                        .map(|o| object_key(o))
                         .collect::<Result<_>>()?,
                 )),
                 Err(status) => refused(status),
@@ -282,18 +194,9 @@ async fn fanout_answer(
                 ..WatchRequest::default()
             };
             match grpc.watch(request).await {
-                Ok(stream) => {
-                    let mut stream = stream.into_inner();
-                    let mut seen = BTreeSet::new();
-                    loop {
-                        let event = kube_fanout_tests::support::next_event(&mut stream).await?;
-                        if kube_fanout_client::watcher::ends_initial_events(&event) {
-                            break;
-                        }
-                        seen.insert(decoded(&event.object)?);
-                    }
-                    Ok(Answer::Allowed(seen))
-                }
+                Ok(stream) => Ok(Answer::Allowed(
+                    initial_keys(&mut stream.into_inner()).await?,
+                )),
                 Err(status) => refused(status),
             }
         }
@@ -315,10 +218,7 @@ async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut Security)) ->
 }
 
 async fn connect(fanout: &Fanout, token: &str) -> Result<Client> {
-    Ok(ClientConfig::new([format!("http://{}", fanout.addr)])
-        .bearer_token(token)
-        .connect()
-        .await?)
+    plaintext(fanout.addr, token).await
 }
 
 #[tokio::test]
@@ -336,7 +236,7 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
     let list_watch = || vec![rule(&["list", "watch"], "configmaps")];
     // One namespace; all namespaces; get only; nothing; the same for
     // ServiceAccounts with TokenRequest tokens.
-    grant_role(
+    grant(
         &admin,
         "a",
         "alice-reads-a",
@@ -344,8 +244,8 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
         vec![user("alice")],
     )
     .await?;
-    grant_cluster_role(&admin, "bob-reads-all", list_watch(), vec![user("bob")]).await?;
-    grant_role(
+    grant(&admin, "", "bob-reads-all", list_watch(), vec![user("bob")]).await?;
+    grant(
         &admin,
         "a",
         "carol-gets-a",
@@ -353,7 +253,7 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
         vec![user("carol")],
     )
     .await?;
-    grant_role(
+    grant(
         &admin,
         "b",
         "reader-reads-b",
@@ -361,8 +261,9 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
         vec![service_account("b", "reader")],
     )
     .await?;
-    grant_cluster_role(
+    grant(
         &admin,
+        "",
         "lister-lists-all",
         vec![rule(&["list"], "configmaps"), rule(&["watch"], "secrets")],
         vec![service_account("a", "lister")],
@@ -387,7 +288,7 @@ async fn every_answer_is_the_api_servers_answer() -> Result<()> {
         (&callers[4].token, "b"),
         (&callers[5].token, ""),
     ] {
-        until_api_server_allows(&cp, token, ns).await?;
+        until_api_server_lists(&cp, token, ns, &ListParams::default()).await?;
     }
 
     let fanout = secure_fanout(&cp, |_| {}).await?;
@@ -546,7 +447,7 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
     let mut cp = ControlPlane::start().await?;
     let admin = cp.client.clone();
     create_namespace(&admin, "a").await?;
-    grant_role(
+    grant(
         &admin,
         "a",
         "erin-reads-a",
@@ -554,7 +455,7 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
         vec![user("erin")],
     )
     .await?;
-    grant_role(
+    grant(
         &admin,
         "a",
         "carol-reads-a",
@@ -562,9 +463,9 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
         vec![user("carol")],
     )
     .await?;
-    until_api_server_allows(&cp, &user_token("carol"), "a").await?;
+    until_api_server_lists(&cp, &user_token("carol"), "a", &ListParams::default()).await?;
     let token = user_token("erin");
-    until_api_server_allows(&cp, &token, "a").await?;
+    until_api_server_lists(&cp, &token, "a", &ListParams::default()).await?;
     const ALLOW_TTL: Duration = Duration::from_secs(3);
     let fanout = secure_fanout(&cp, |o| {
         if let Some(auth) = &mut o.auth {
@@ -645,14 +546,15 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
 async fn one_caller_cannot_hold_more_watches_than_its_limit() -> Result<()> {
     let cp = ControlPlane::start().await?;
     create_namespace(&cp.client, "a").await?;
-    grant_cluster_role(
+    grant(
         &cp.client,
+        "",
         "readers",
         vec![rule(&["list", "watch"], "configmaps")],
         vec![user("alice"), user("bob")],
     )
     .await?;
-    until_api_server_allows(&cp, &user_token("bob"), "").await?;
+    until_api_server_lists(&cp, &user_token("bob"), "", &ListParams::default()).await?;
     let fanout = secure_fanout(&cp, |o| {
         o.caller_limits = CallerLimits {
             watches: 2,
@@ -687,27 +589,21 @@ async fn one_caller_cannot_hold_more_watches_than_its_limit() -> Result<()> {
     read_snapshot(&mut watch).await?;
     // A closed watch gives its place back (once the server sees the reset).
     drop(first);
-    let mut reopened = None;
-    for _ in 0..100 {
-        match alice
-            .grpc()
-            .watch(kube_fanout_tests::support::watch_list("a"))
-            .await
-        {
-            Ok(stream) => {
-                reopened = Some(stream);
-                break;
+    eventually("the closed watch's place coming back")
+        .within(Duration::from_secs(10))
+        .every(Duration::from_millis(50))
+        .until_done(async || {
+            match alice
+                .grpc()
+                .watch(kube_fanout_tests::support::watch_list("a"))
+                .await
+            {
+                Ok(stream) => Ok(Look::Done(stream)),
+                Err(s) if s.code() == Code::ResourceExhausted => Ok(Look::NotYet(s)),
+                Err(s) => bail!("{s:?}"),
             }
-            Err(s) if s.code() == Code::ResourceExhausted => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(s) => bail!("{s:?}"),
-        }
-    }
-    assert!(
-        reopened.is_some(),
-        "the closed watch's place never came back"
-    );
+        })
+        .await?;
     fanout.stop().await
 }
 
@@ -721,7 +617,7 @@ async fn a_name_field_selector_is_authorized_against_resource_names_like_the_api
     create_configmap(&admin, "a", "theirs", "v").await?;
     let mut only_mine = rule(&["list", "watch"], "configmaps");
     only_mine.resource_names = Some(vec!["mine".into()]);
-    grant_role(
+    grant(
         &admin,
         "a",
         "erin-mine",
@@ -732,12 +628,7 @@ async fn a_name_field_selector_is_authorized_against_resource_names_like_the_api
     let token = user_token("erin");
     let api: Api<ConfigMap> = Api::namespaced(cp.client_with_token(&token)?, "a");
     let mine = ListParams::default().fields("metadata.name=mine");
-    for _ in 0..100 {
-        if api.list(&mine).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_api_server_lists(&cp, &token, "a", &mine).await?;
     let fanout = secure_fanout(&cp, |_| {}).await?;
     let mut client = connect(&fanout, &token).await?;
     for selector in ["metadata.name=mine", "metadata.name=theirs", ""] {

@@ -23,7 +23,7 @@ use k8s_openapi::api::{
     authentication::v1::SelfSubjectReview,
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
     core::v1::{ConfigMap, Secret},
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    rbac::v1::{PolicyRule, Subject},
 };
 use kube::{
     Resource,
@@ -35,11 +35,13 @@ use kube_fanout::{
     tls::TlsFiles,
 };
 use kube_fanout_client::{
-    Certificate, Client, ClientConfig, ClientTlsConfig,
+    Client,
     proto::{GetRequest, ListRequest, WatchRequest},
 };
 use kube_fanout_tests::{
+    clients::over_tls,
     controlplane::{ControlPlane, Options, pem_der},
+    eventually::eventually,
     fanout::Fanout,
     pki::{
         Ca, Pair,
@@ -48,7 +50,8 @@ use kube_fanout_tests::{
             name, o, uid,
         },
     },
-    support::{create_configmap, create_namespace, next_event},
+    rbac::{grant, group, rule, service_account, user},
+    support::{create_configmap, create_namespace, initial_keys, object_key},
 };
 use serde::de::DeserializeOwned;
 
@@ -141,84 +144,6 @@ fn asks() -> Vec<Ask> {
     asks
 }
 
-fn rule(verbs: &[&str], resource: &str, names: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec![resource.to_owned()]),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        resource_names: (!names.is_empty())
-            .then(|| names.iter().map(|n| (*n).to_owned()).collect()),
-        ..PolicyRule::default()
-    }
-}
-
-fn subject(kind: &str, name: &str) -> Subject {
-    match kind {
-        "ServiceAccount" => {
-            let (namespace, name) = name.split_once('/').expect("namespace/name");
-            Subject {
-                kind: kind.into(),
-                name: name.into(),
-                namespace: Some(namespace.into()),
-                ..Subject::default()
-            }
-        }
-        _ => Subject {
-            kind: kind.into(),
-            name: name.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            ..Subject::default()
-        },
-    }
-}
-
-/// A Role in `namespace` (a ClusterRole bound cluster-wide if empty) named
-/// `name` with `rules`, bound to `subjects`.
-async fn grant(
-    admin: &kube::Client,
-    namespace: &str,
-    name: &str,
-    rules: Vec<PolicyRule>,
-    subjects: Vec<Subject>,
-) -> Result<()> {
-    let pp = PostParams::default();
-    let role_ref = |kind: &str| RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: kind.into(),
-        name: name.into(),
-    };
-    if namespace.is_empty() {
-        let mut role = ClusterRole::default();
-        role.metadata.name = Some(name.into());
-        role.rules = Some(rules);
-        Api::<ClusterRole>::all(admin.clone())
-            .create(&pp, &role)
-            .await?;
-        let mut binding = ClusterRoleBinding::default();
-        binding.metadata.name = Some(name.into());
-        binding.role_ref = role_ref("ClusterRole");
-        binding.subjects = Some(subjects);
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .create(&pp, &binding)
-            .await?;
-    } else {
-        let mut role = Role::default();
-        role.metadata.name = Some(name.into());
-        role.rules = Some(rules);
-        Api::<Role>::namespaced(admin.clone(), namespace)
-            .create(&pp, &role)
-            .await?;
-        let mut binding = RoleBinding::default();
-        binding.metadata.name = Some(name.into());
-        binding.role_ref = role_ref("Role");
-        binding.subjects = Some(subjects);
-        Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-            .create(&pp, &binding)
-            .await?;
-    }
-    Ok(())
-}
-
 /// Waits until the API server's RBAC authorizer (fed by an informer, a
 /// moment behind the writes) allows `user` in `groups` to `verb`.
 async fn until_allowed(
@@ -245,17 +170,16 @@ async fn until_allowed(
         ..SubjectAccessReview::default()
     };
     let api: Api<SubjectAccessReview> = Api::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let answer = api.create(&PostParams::default(), &review).await?;
-        if answer.status.is_some_and(|s| s.allowed) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the API server never allowed {user} to {verb} {resource} in {namespace:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(format!(
+        "the API server allowing {user} to {verb} {resource} in {namespace:?}"
+    ))
+    .within(Duration::from_secs(20))
+    .until(
+        async || Ok(api.create(&PostParams::default(), &review).await?.status),
+        |status| status.as_ref().is_some_and(|s| s.allowed),
+    )
+    .await?;
+    Ok(())
 }
 
 fn object_name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -357,15 +281,6 @@ async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
         "v1/{}",
         ask.resource
     ))?);
-    let decoded = |json: &str| -> Result<String> {
-        let object: serde_json::Value = serde_json::from_str(json)?;
-        let meta = &object["metadata"];
-        Ok(format!(
-            "{}/{}",
-            meta["namespace"].as_str().unwrap_or_default(),
-            meta["name"].as_str().unwrap_or_default()
-        ))
-    };
     let grpc = client.grpc();
     let answer = match ask.verb {
         Verb::Get => grpc
@@ -376,7 +291,7 @@ async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
                 metadata_only: ask.metadata_only,
             })
             .await
-            .map(|r| decoded(&r.into_inner().object).map(|o| [o].into())),
+            .map(|r| object_key(&r.into_inner().object).map(|o| [o].into())),
         Verb::List => grpc
             .list(ListRequest {
                 resource,
@@ -385,7 +300,13 @@ async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
                 ..ListRequest::default()
             })
             .await
-            .map(|r| r.into_inner().objects.iter().map(|o| decoded(o)).collect()),
+            .map(|r| {
+                r.into_inner()
+                    .objects
+                    .iter()
+                    .map(|o| object_key(o))
+                    .collect()
+            }),
         Verb::Watch => match grpc
             .watch(WatchRequest {
                 resource,
@@ -397,18 +318,7 @@ async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
             })
             .await
         {
-            Ok(stream) => {
-                let mut stream = stream.into_inner();
-                let mut seen = BTreeSet::new();
-                loop {
-                    let event = next_event(&mut stream).await?;
-                    if kube_fanout_client::watcher::ends_initial_events(&event) {
-                        break;
-                    }
-                    seen.insert(decoded(&event.object)?);
-                }
-                Ok(Ok(seen))
-            }
+            Ok(stream) => Ok(Ok(initial_keys(&mut stream.into_inner()).await?)),
             Err(status) => Err(status),
         },
     };
@@ -583,17 +493,14 @@ async fn refusals_say_why(fanout: &Fanout, serving_ca: &Ca, callers: &[Caller]) 
 
 /// A kube-fanout client with `caller`'s credentials.
 async fn connect(fanout: &Fanout, serving_ca: &Ca, caller: &Caller) -> Result<Client> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(serving_ca.pem()))
-        .domain_name("localhost");
-    if let Some(pair) = &caller.certificate {
-        tls = tls.identity(tonic::transport::Identity::from_pem(&pair.cert, &pair.key));
-    }
-    let mut config = ClientConfig::new([format!("https://{}", fanout.addr)]).tls(tls);
-    if let Some(token) = &caller.token {
-        config = config.bearer_token(token);
-    }
-    Ok(config.connect().await?)
+    Ok(over_tls(
+        fanout.addr,
+        &serving_ca.pem(),
+        caller.certificate.as_ref(),
+        caller.token.as_deref(),
+    )
+    .connect()
+    .await?)
 }
 
 #[tokio::test]
@@ -635,62 +542,65 @@ async fn every_cell_is_the_api_servers_answer_for_tokens_and_certificates_of_eve
         (
             "a",
             "ns-reader",
-            vec![rule(&all, "configmaps", &[])],
-            subject("ServiceAccount", "a/ns-reader"),
+            vec![rule(&all, "configmaps")],
+            service_account("a", "ns-reader"),
         ),
         (
             "a",
             "list-only",
-            vec![rule(&["list"], "configmaps", &[])],
-            subject("ServiceAccount", "a/list-only"),
+            vec![rule(&["list"], "configmaps")],
+            service_account("a", "list-only"),
         ),
         (
             "a",
             "get-one",
-            vec![rule(&["get"], "configmaps", &["cm-1"])],
-            subject("ServiceAccount", "a/get-one"),
+            vec![PolicyRule {
+                resource_names: Some(vec!["cm-1".into()]),
+                ..rule(&["get"], "configmaps")
+            }],
+            service_account("a", "get-one"),
         ),
         (
             "",
             "cluster-cm",
-            vec![rule(&all, "configmaps", &[])],
-            subject("ServiceAccount", "b/cluster-cm"),
+            vec![rule(&all, "configmaps")],
+            service_account("b", "cluster-cm"),
         ),
         (
             "b",
             "grouped",
-            vec![rule(&all, "secrets", &[])],
-            subject("Group", "system:serviceaccounts:g"),
+            vec![rule(&all, "secrets")],
+            group("system:serviceaccounts:g"),
         ),
         (
             "a",
             "secret-meta",
-            vec![rule(&["list", "watch"], "secrets", &[])],
-            subject("ServiceAccount", "a/secret-meta"),
+            vec![rule(&["list", "watch"], "secrets")],
+            service_account("a", "secret-meta"),
         ),
         (
             "",
             "cm-reader",
-            vec![rule(&all, "configmaps", &[]), rule(&all, "secrets", &[])],
-            subject("User", "cm-reader"),
+            vec![rule(&all, "configmaps"), rule(&all, "secrets")],
+            user("cm-reader"),
         ),
         (
             "b",
             "mallory",
-            vec![rule(&["list"], "configmaps", &[])],
-            subject("User", "mallory"),
+            vec![rule(&["list"], "configmaps")],
+            user("mallory"),
         ),
         (
             "a",
             "secret-readers",
-            vec![rule(&all, "secrets", &[])],
-            subject("Group", "secret-readers"),
+            vec![rule(&all, "secrets")],
+            group("secret-readers"),
         ),
         (
             "a",
             "uid-user",
-            vec![rule(&["get"], "configmaps", &[])],
-            subject("User", "uid-user"),
+            vec![rule(&["get"], "configmaps")],
+            user("uid-user"),
         ),
     ];
     for (namespace, name, rules, who) in &grants {
@@ -837,14 +747,12 @@ async fn every_cell_is_the_api_servers_answer_for_tokens_and_certificates_of_eve
         )?,
     ]);
 
+    let (cert, key) = serving_ca.serving()?.write_to(dir.path())?;
     let files = TlsFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
+        cert,
+        key,
         client_ca: Some(client_ca_file),
     };
-    let serving = serving_ca.serving()?;
-    std::fs::write(&files.cert, serving.cert)?;
-    std::fs::write(&files.key, serving.key)?;
     let fanout = Fanout::start_with(admin.clone(), &["v1/configmaps", "v1/secrets"], |o| {
         o.security.tls = Some(files);
         o.security.auth = Some(AuthOptions {

@@ -2,33 +2,31 @@
 //! plain kube-runtime Controller fed by kube-fanout, run as its own process
 //! against a real kube-fanout and API server.
 
-use std::time::Duration;
-
-use anyhow::{Result, bail};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
+use kube_fanout_tests::{
+    controlplane::ControlPlane, eventually::eventually, fanout::Fanout, support::*,
+};
 
 const CONTROLLER: &str = env!("CARGO_BIN_EXE_configmap-controller-under-test");
 const ANNOTATION: &str = "example.kube-fanout.io/data-keys";
 
 /// Waits until the API server shows `name` annotated with `keys`.
 async fn annotated(api: &Api<ConfigMap>, name: &str, keys: &str) -> Result<()> {
-    for _ in 0..300 {
-        let cm = api.get(name).await?;
-        if cm
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION))
-            .map(String::as_str)
-            == Some(keys)
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("{name} was not annotated {ANNOTATION}={keys} within 30s")
+    eventually(format!("{name} annotated {ANNOTATION}={keys}"))
+        .until(
+            async || Ok(api.get(name).await?.metadata.annotations),
+            |annotations| {
+                annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION))
+                    .map(String::as_str)
+                    == Some(keys)
+            },
+        )
+        .await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,10 +21,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube_fanout_client::{ClientConfig, CompressionEncoding, proto::EventType};
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, free_port},
-    process::{FanoutProcess, READINESS_SERVICE},
-    proxy::CountingProxy,
-    support::*,
+    controlplane::ControlPlane, process::FanoutProcess, proxy::CountingProxy, support::*,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_kubectl-fanout-under-test");
@@ -124,15 +121,12 @@ async fn a_zstd_snapshot_of_10000_configmaps_moves_at_least_3x_fewer_bytes() -> 
         || PathBuf::from(env!("CARGO_BIN_EXE_kube-fanout-under-test")),
         PathBuf::from,
     );
-    let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let mut command = tokio::process::Command::new(&binary);
-    command
-        .args(["--resource", "v1/configmaps", "--auth=none"])
-        .arg(format!("--listen={addr}"))
-        .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
-    let mut server = FanoutProcess::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
-    server.wait_serving(READINESS_SERVICE).await?;
+    let server = FanoutProcess::serving(
+        &binary,
+        &cp,
+        &["--resource", "v1/configmaps", "--auth=none"],
+    )
+    .await?;
     let pid = server.pid().context("kube-fanout exited")?;
 
     println!(

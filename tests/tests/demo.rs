@@ -5,6 +5,7 @@
 use std::{collections::BTreeMap, process::Stdio, time::Duration};
 
 use anyhow::{Context, Result, bail, ensure};
+use kube_fanout_tests::eventually::eventually;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_kube-fanout-demo");
@@ -84,20 +85,21 @@ async fn stopped_by(signal: &str) -> Result<()> {
     ensure!(killed.success(), "kill -s {signal} {pid}");
     let stopped = tokio::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(30), demo.wait()).await??;
-    loop {
-        let left: Vec<_> = before
-            .iter()
-            .filter(|(pid, (start, _))| process(**pid).is_some_and(|(s, ..)| s == *start))
-            .collect();
-        if left.is_empty() {
-            return Ok(());
-        }
-        ensure!(
-            stopped.elapsed() < BOUND,
-            "{signal}: still running {BOUND:?} after the demo was stopped: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(format!(
+        "{signal}: no process left {BOUND:?} after the demo was stopped"
+    ))
+    .within(BOUND.saturating_sub(stopped.elapsed()))
+    .until(
+        async || {
+            Ok(before
+                .iter()
+                .filter(|(pid, (start, _))| process(**pid).is_some_and(|(s, ..)| s == *start))
+                .collect::<Vec<_>>())
+        },
+        Vec::is_empty,
+    )
+    .await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

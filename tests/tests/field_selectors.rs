@@ -8,6 +8,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::{StreamExt, TryStreamExt, future::try_join_all};
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::{
     api::{
         Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
@@ -22,7 +23,9 @@ use kube_fanout_client::{
 };
 use kube_fanout_tests::{
     controlplane::{ControlPlane, Options, user_token},
+    eventually::{Look, eventually},
     fanout::Fanout,
+    rbac::{grant, rule, user},
     support::*,
 };
 use serde_json::{Value, json};
@@ -446,21 +449,24 @@ async fn wait_indexed(fanout: &Fanout, expected: &[(&str, usize)]) -> Result<()>
     let addr = fanout.metrics_addr.context("metrics are served")?;
     let lines: Vec<String> = expected
         .iter()
-        .map(|(gvr, n)| format!("kube_fanout_indexed_subscribers{{resource=\"{gvr}\"}} {n}\n"))
+        .map(|(gvr, n)| format!("kube_fanout_indexed_subscribers{{resource=\"{gvr}\"}} {n}"))
         .collect();
-    for _ in 0..200 {
-        let metrics = http_get(addr, "/metrics").await?;
-        if lines.iter().all(|l| metrics.contains(l.as_str())) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let metrics = http_get(addr, "/metrics").await?;
-    let got: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("kube_fanout_indexed_subscribers"))
-        .collect();
-    bail!("expected {lines:?}, the metrics say {got:?}")
+    eventually(format!("the metrics saying {lines:?}"))
+        .within(Duration::from_secs(10))
+        .every(Duration::from_millis(50))
+        .until(
+            async || {
+                let metrics = http_get(addr, "/metrics").await?;
+                Ok(metrics
+                    .lines()
+                    .filter(|l| l.starts_with("kube_fanout_indexed_subscribers"))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>())
+            },
+            |got| lines.iter().all(|l| got.contains(l)),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Selectors the API server refuses for the type, with the label it names
@@ -532,17 +538,22 @@ async fn install_widgets(client: &kube::Client) -> Result<()> {
     }))?;
     crds.create(&PostParams::default(), &crd).await?;
     // Served once discovery lists it.
-    for _ in 0..200 {
-        if let Ok(list) = client
-            .list_api_group_resources("fields.example.com/v1")
-            .await
-            && list.resources.iter().any(|r| r.name == "widgets")
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the widgets CRD was not served within 20s")
+    eventually("the widgets CRD served by discovery")
+        .within(Duration::from_secs(20))
+        .until_done(async || {
+            Ok(
+                match client
+                    .list_api_group_resources("fields.example.com/v1")
+                    .await
+                {
+                    Ok(list) if list.resources.iter().any(|r| r.name == "widgets") => {
+                        Look::Done(())
+                    }
+                    other => Look::NotYet(other.map(|l| l.resources.len())),
+                },
+            )
+        })
+        .await
 }
 
 fn pod(name: &str, spec: Value) -> Value {
@@ -1007,45 +1018,23 @@ async fn field_selectors_select_what_the_api_server_selects() -> Result<()> {
 /// refuses the CRD's selectable fields (it cannot know them) rather than
 /// guessing, and still serves the metadata fields.
 async fn without_crd_access(cp: &ControlPlane, widgets: &Type) -> Result<()> {
-    let rbac = |kind: &str, plural: &str| {
-        Api::<DynamicObject>::all_with(
-            cp.client.clone(),
-            &ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
-                plural,
-            ),
-        )
-    };
-    let role: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "widget-reader"},
-        "rules": [{"apiGroups": ["fields.example.com"], "resources": ["widgets"],
-                   "verbs": ["list", "watch"]}],
-    }))?;
-    rbac("ClusterRole", "clusterroles")
-        .create(&PostParams::default(), &role)
-        .await?;
-    let binding: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "widget-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "widget-reader"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
-    }))?;
-    rbac("ClusterRoleBinding", "clusterrolebindings")
-        .create(&PostParams::default(), &binding)
-        .await?;
+    grant(
+        &cp.client,
+        "",
+        "widget-reader",
+        vec![PolicyRule {
+            api_groups: Some(vec!["fields.example.com".into()]),
+            ..rule(&["list", "watch"], "widgets")
+        }],
+        vec![user("alice")],
+    )
+    .await?;
     let alice = cp.client_with_token(&user_token("alice"))?;
     let as_alice = Api::<DynamicObject>::all_with(alice.clone(), &widgets.api);
-    let mut allowed = false;
-    for _ in 0..100 {
-        if as_alice.list(&Default::default()).await.is_ok() {
-            allowed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(allowed, "the API server did not let alice list widgets");
+    eventually("the API server letting alice list widgets")
+        .within(Duration::from_secs(20))
+        .until_ok(async || as_alice.list(&Default::default()).await)
+        .await?;
 
     let fanout = Fanout::start(alice, &[widgets.fanout]).await?;
     fanout.wait_synced().await?;

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -37,6 +37,7 @@ use kube_fanout_client::{
 };
 use kube_fanout_tests::{
     controlplane::{ADMIN_TOKEN, ControlPlane, free_port},
+    eventually::eventually,
     helm::{Helm, api_for, exists, kind_name, parse_manifest},
     process::{FanoutProcess, READINESS_SERVICE},
     support::{create_namespace, https_get},
@@ -163,13 +164,11 @@ async fn create_widget_crd(client: &kube::Client) -> Result<()> {
         .create(&PostParams::default(), &crd)
         .await?;
     let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
-    for _ in 0..150 {
-        if pinned_kind(client, &gvk).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!("widgets.example.com not served by discovery within 30s")
+    eventually("widgets.example.com served by discovery")
+        .every(Duration::from_millis(200))
+        .until_ok(async || pinned_kind(client, &gvk).await)
+        .await?;
+    Ok(())
 }
 
 /// A kubeconfig for the same API server that authenticates with `token`.
@@ -617,20 +616,19 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
     // Asked as the subscriber: the ServiceAccount itself would not be
     // shown secrets.
     let mut client = wait_for_client(&greedy, tls_client(greedy.addr, &ca, &projected)).await?;
-    let mut refusal = None;
-    for _ in 0..150 {
-        let resources = client.list_resources().await?.resources;
-        let secrets = resources
-            .into_iter()
-            .find(|r| r.resource.as_ref().is_some_and(|r| r.resource == "secrets"))
-            .context("secrets not listed")?;
-        if !secrets.last_error.is_empty() {
-            refusal = Some(secrets);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let refusal = refusal.context("no error for secrets within 30s")?;
+    let refusal = eventually("an error for secrets")
+        .every(Duration::from_millis(200))
+        .until(
+            async || {
+                let resources = client.list_resources().await?.resources;
+                resources
+                    .into_iter()
+                    .find(|r| r.resource.as_ref().is_some_and(|r| r.resource == "secrets"))
+                    .context("secrets not listed")
+            },
+            |secrets| !secrets.last_error.is_empty(),
+        )
+        .await?;
     assert_ne!(refusal.sync_state(), SyncState::Synced);
     assert!(
         refusal.last_error.contains("forbidden"),
@@ -743,13 +741,11 @@ async fn wait_for_object(
         name: name.into(),
         metadata_only: false,
     };
-    for _ in 0..150 {
-        if client.get(request.clone()).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!("{resource} {name} never reached kube-fanout within 30s")
+    eventually(format!("{resource} {name} served by kube-fanout"))
+        .every(Duration::from_millis(200))
+        .until_ok(async || client.get(request.clone()).await)
+        .await?;
+    Ok(())
 }
 
 /// A client of `fanout`, made with `config`, once it answers.
@@ -757,16 +753,12 @@ async fn wait_for_client(
     fanout: &FanoutProcess,
     config: ClientConfig,
 ) -> Result<kube_fanout_client::Client> {
-    for _ in 0..150 {
-        if fanout.health("").await.is_ok() {
-            return Ok(config.connect().await?);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!(
-        "kube-fanout did not answer within 30s:\n{}",
-        fanout.log_tail()
-    )
+    eventually("kube-fanout answering health")
+        .every(Duration::from_millis(200))
+        .until_ok(async || fanout.health("").await)
+        .await
+        .with_context(|| format!("kube-fanout's log:\n{}", fanout.log_tail()))?;
+    Ok(config.connect().await?)
 }
 
 /// Whether the kube-fanout binary parses the flags `deployment`'s

@@ -19,7 +19,7 @@ use base64::Engine;
 use k8s_openapi::api::{
     authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
     core::v1::{Container, Pod, PodSpec, ServiceAccount},
-    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+    rbac::v1::{RoleBinding, Subject},
 };
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube_fanout::{
@@ -31,13 +31,13 @@ use kube_fanout::{
     },
     server::{AuthOptions, Security},
 };
-use kube_fanout_client::{
-    ClientConfig,
-    proto::{ListRequest, WatchEvent, kube_fanout_client::KubeFanoutClient},
-};
+use kube_fanout_client::proto::{ListRequest, WatchEvent, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
+    clients::plaintext,
     controlplane::{ControlPlane, client_for, user_token},
+    eventually::{Look, eventually},
     fanout::Fanout,
+    rbac::{grant, rule, service_account, until_api_server_lists, user},
     support::{create_configmap, create_namespace, decode, http_get, read_snapshot, watch_list},
 };
 use tokio::time::Instant;
@@ -102,67 +102,26 @@ async fn tokenreviews(cp: &ControlPlane) -> Result<u64> {
     Ok(total as u64)
 }
 
-fn rule(verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    }
-}
-
 /// A Role reading configmaps in `namespace`, bound to `subject`.
-async fn grant(admin: &kube::Client, namespace: &str, name: &str, subject: Subject) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some(name.into());
-    role.rules = Some(vec![rule(&["get", "list", "watch"])]);
-    Api::<Role>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some(name.into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: name.into(),
-    };
-    binding.subjects = Some(vec![subject]);
-    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
+async fn grant_reader(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    subject: Subject,
+) -> Result<()> {
+    grant(
+        admin,
+        namespace,
+        name,
+        vec![rule(&["get", "list", "watch"], "configmaps")],
+        vec![subject],
+    )
+    .await
 }
 
-fn user(name: &str) -> Subject {
-    Subject {
-        kind: "User".into(),
-        name: name.into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }
-}
-
-fn service_account(namespace: &str, name: &str) -> Subject {
-    Subject {
-        kind: "ServiceAccount".into(),
-        name: name.into(),
-        namespace: Some(namespace.into()),
-        ..Subject::default()
-    }
-}
-
-/// Waits until the API server itself lets `token` list configmaps in
-/// `namespace` (RBAC learns bindings through an informer).
-async fn until_api_server_allows(cp: &ControlPlane, token: &str, namespace: &str) -> Result<()> {
-    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(cp.client_with_token(token)?, namespace);
-    for _ in 0..100 {
-        if api.list(&ListParams::default()).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the API server never allowed the grant in {namespace:?}")
+/// Waits until the API server itself lets `token` list configmaps in "a".
+async fn until_api_server_allows(cp: &ControlPlane, token: &str) -> Result<()> {
+    until_api_server_lists(cp, token, "a", &ListParams::default()).await
 }
 
 fn list_a() -> ListRequest {
@@ -374,19 +333,16 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     let cp = ControlPlane::start().await?;
     let admin = cp.client.clone();
     create_namespace(&admin, "a").await?;
-    grant(&admin, "a", "erin-reads", user("erin")).await?;
-    grant(&admin, "a", "bob-reads", user("bob")).await?;
-    until_api_server_allows(&cp, &user_token("erin"), "a").await?;
-    until_api_server_allows(&cp, &user_token("bob"), "a").await?;
+    grant_reader(&admin, "a", "erin-reads", user("erin")).await?;
+    grant_reader(&admin, "a", "bob-reads", user("bob")).await?;
+    until_api_server_allows(&cp, &user_token("erin")).await?;
+    until_api_server_allows(&cp, &user_token("bob")).await?;
     let fanout = secure_fanout(&cp, |auth| auth.review_limits = limits()).await?;
 
     // A subscriber authenticated before the flood, from the flooding
     // address itself: its token's answer is cached, so the flood's
     // throttling never touches it.
-    let mut erin = ClientConfig::new([format!("http://{}", fanout.addr)])
-        .bearer_token(user_token("erin"))
-        .connect()
-        .await?;
+    let mut erin = plaintext(fanout.addr, &user_token("erin")).await?;
     let mut watch = erin.watch(watch_list("a")).await?;
     read_snapshot(&mut watch).await?;
     // Without a flood, for comparison.
@@ -406,8 +362,17 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
 
     // A new caller from another address is not held up by that flood.
     let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let throttled = counter(&fanout, THROTTLED_BY_SOURCE).await?;
     let flooding = tokio::spawn(flood(fanout.addr, loopback, 8, Duration::from_secs(3)));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once its source's bound throttles it, the flood is in full swing.
+    eventually("the flood from 127.0.0.1 throttled by its source's bound")
+        .within(Duration::from_secs(3))
+        .every(Duration::from_millis(50))
+        .until(
+            async || counter(&fanout, THROTTLED_BY_SOURCE).await,
+            |now| *now > throttled,
+        )
+        .await?;
     let mut bob = client_from(fanout.addr, other).await?;
     bob.list(with_token(list_a(), &user_token("bob"))?)
         .await
@@ -430,21 +395,34 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
 
     // kube-fanout's own metrics count what the callers saw (the flood
     // between the phases included, so at least).
-    let metrics = http_get(fanout.metrics_addr.context("metrics")?, "/metrics").await?;
-    let counter = |line: &str| -> Result<u64> {
-        let sample = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(line))
-            .with_context(|| format!("{line} missing from\n{metrics}"))?;
-        Ok(sample.trim().parse()?)
-    };
-    let by_source = counter("kube_fanout_token_reviews_throttled_total{bound=\"source\"}")?;
-    let in_total = counter("kube_fanout_token_reviews_throttled_total{bound=\"total\"}")?;
-    let rejected = counter("kube_fanout_token_reviews_total{outcome=\"rejected\"}")?;
+    let by_source = counter(&fanout, THROTTLED_BY_SOURCE).await?;
+    let in_total = counter(
+        &fanout,
+        "kube_fanout_token_reviews_throttled_total{bound=\"total\"}",
+    )
+    .await?;
+    let rejected = counter(
+        &fanout,
+        "kube_fanout_token_reviews_total{outcome=\"rejected\"}",
+    )
+    .await?;
     ensure!(by_source >= one.own_bound + many.own_bound, "{by_source}");
     ensure!(in_total >= many.total_bound, "{in_total}");
     ensure!(rejected >= one.reviewed + many.reviewed, "{rejected}");
     fanout.stop().await
+}
+
+const THROTTLED_BY_SOURCE: &str = "kube_fanout_token_reviews_throttled_total{bound=\"source\"}";
+
+/// The value of the counter `line` (its name and labels) in kube-fanout's
+/// metrics.
+async fn counter(fanout: &Fanout, line: &str) -> Result<u64> {
+    let metrics = http_get(fanout.metrics_addr.context("metrics")?, "/metrics").await?;
+    let sample = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(line))
+        .with_context(|| format!("{line} missing from\n{metrics}"))?;
+    Ok(sample.trim().parse()?)
 }
 
 /// Reads `watch` until it fails; the status and how long after `since`.
@@ -468,41 +446,40 @@ async fn until_ended(
 /// `token`, and with what (polled every 100 ms).
 async fn fanout_refuses(fanout: &Fanout, token: &str, since: Instant) -> Result<(Duration, Code)> {
     let mut client = client_from(fanout.addr, IpAddr::V4(Ipv4Addr::LOCALHOST)).await?;
-    while since.elapsed() < Duration::from_secs(60) {
-        match client.list(with_token(list_a(), token)?).await {
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(status) => return Ok((since.elapsed(), status.code())),
-        }
-    }
-    bail!(
-        "kube-fanout still accepted new requests {:?} after",
-        since.elapsed()
-    )
+    eventually("kube-fanout refusing new requests")
+        .within(REFUSAL_WITHIN.saturating_sub(since.elapsed()))
+        .until_done(async || {
+            Ok(match client.list(with_token(list_a(), token)?).await {
+                Ok(_) => Look::NotYet("accepted"),
+                Err(status) => Look::Done((since.elapsed(), status.code())),
+            })
+        })
+        .await
 }
+
+/// How long after a revocation new requests may still be accepted before
+/// the test gives up measuring.
+const REFUSAL_WITHIN: Duration = Duration::from_secs(60);
 
 /// How long after `since` the API server itself first refuses to list
 /// configmaps in "a" for `token` (polled every 100 ms).
 async fn api_server_refuses(cp: &ControlPlane, token: &str, since: Instant) -> Result<Duration> {
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(cp.client_with_token(token)?, "a");
-    while since.elapsed() < Duration::from_secs(60) {
-        if api.list(&ListParams::default()).await.is_err() {
-            return Ok(since.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!(
-        "the API server still accepted the token {:?} after",
-        since.elapsed()
-    )
+    eventually("the API server refusing the token")
+        .within(REFUSAL_WITHIN.saturating_sub(since.elapsed()))
+        .until_done(async || {
+            Ok(match api.list(&ListParams::default()).await {
+                Ok(_) => Look::NotYet("accepted"),
+                Err(_) => Look::Done(since.elapsed()),
+            })
+        })
+        .await
 }
 
 /// Opens a watch with `token` and reads its snapshot.
 async fn watch_with(fanout: &Fanout, token: &str) -> Result<Streaming<WatchEvent>> {
-    let mut client = ClientConfig::new([format!("http://{}", fanout.addr)])
-        .bearer_token(token)
-        .connect()
-        .await?;
+    let mut client = plaintext(fanout.addr, token).await?;
     let mut watch = client.watch(watch_list("a")).await?;
     read_snapshot(&mut watch).await?;
     Ok(watch)
@@ -575,7 +552,7 @@ async fn service_account_reader(cp: &ControlPlane, name: &str) -> Result<Service
     let mut sa = ServiceAccount::default();
     sa.metadata.name = Some(name.into());
     let sa = api.create(&PostParams::default(), &sa).await?;
-    grant(
+    grant_reader(
         &cp.client,
         "a",
         &format!("{name}-reads"),
@@ -603,9 +580,9 @@ async fn watches_end_when_their_credential_does() -> Result<()> {
     .await?;
 
     // RBAC revoked.
-    grant(&admin, "a", "alice-reads", user("alice")).await?;
+    grant_reader(&admin, "a", "alice-reads", user("alice")).await?;
     let alice = user_token("alice");
-    until_api_server_allows(&cp, &alice, "a").await?;
+    until_api_server_allows(&cp, &alice).await?;
     measure(
         &cp,
         &fanout,
@@ -625,7 +602,7 @@ async fn watches_end_when_their_credential_does() -> Result<()> {
     // The token's ServiceAccount deleted.
     service_account_reader(&cp, "doomed").await?;
     let token = cp.service_account_token("a", "doomed", &[]).await?;
-    until_api_server_allows(&cp, &token, "a").await?;
+    until_api_server_allows(&cp, &token).await?;
     measure(
         &cp,
         &fanout,
@@ -676,7 +653,7 @@ async fn watches_end_when_their_credential_does() -> Result<()> {
         .status
         .and_then(|s| s.token)
         .context("TokenRequest without a token")?;
-    until_api_server_allows(&cp, &token, "a").await?;
+    until_api_server_allows(&cp, &token).await?;
     measure(
         &cp,
         &fanout,
@@ -709,7 +686,7 @@ async fn watches_end_when_their_credential_does() -> Result<()> {
     service_account_reader(&cp, "short").await?;
     let real = cp.service_account_token("a", "short", &[]).await?;
     let (token, exp) = expiring(&cp, &real, EXPIRES_IN)?;
-    until_api_server_allows(&cp, &token, "a").await?;
+    until_api_server_allows(&cp, &token).await?;
     let mut watch = watch_with(&fanout, &token).await?;
     let (status, _) = until_ended(&mut watch, Instant::now(), EXPIRES_IN + SLACK).await?;
     let ended = std::time::SystemTime::now();

@@ -13,29 +13,25 @@
 
 use std::{
     net::SocketAddr,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{Api, PostParams};
 use kube_fanout::{connections::ConnectionLimits, server::AuthOptions, tls::TlsFiles};
-use kube_fanout_client::{
-    Certificate, Client, ClientConfig, ClientTlsConfig, proto::EventType,
-    watcher::ends_initial_events,
-};
+use kube_fanout_client::{Client, proto::EventType, watcher::ends_initial_events};
 use kube_fanout_tests::{
+    clients::{over_tls, rustls_config},
     controlplane::{ADMIN_TOKEN, ControlPlane, user_token},
     fanout::Fanout,
     pki::Ca,
+    rbac::{grant, rule, user},
     support::{
         create_configmap, create_namespace, decode, https_get, next_change, read_snapshot,
         watch_list,
     },
 };
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use rustls::pki_types::ServerName;
 use tokio::{
     io::AsyncReadExt,
     net::{TcpSocket, TcpStream},
@@ -57,38 +53,6 @@ const PER_IP: usize = 8;
 /// its first review came back).
 const UNAUTHENTICATED: Duration = Duration::from_secs(5);
 
-/// Lets `user` list and watch configmaps in `namespace`.
-async fn grant(admin: &kube::Client, namespace: &str, user: &str) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some("readers".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["list".into(), "watch".into()],
-        ..PolicyRule::default()
-    }]);
-    Api::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some("readers".into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: "readers".into(),
-    };
-    binding.subjects = Some(vec![Subject {
-        kind: "User".into(),
-        name: user.into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }]);
-    Api::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
-}
-
 /// Raw TLS connections to the server, from any loopback address.
 struct Raw {
     addr: SocketAddr,
@@ -97,20 +61,9 @@ struct Raw {
 
 impl Raw {
     fn new(addr: SocketAddr, ca: &str) -> Result<Self> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-            roots.add(cert?)?;
-        }
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Raw {
             addr,
-            connector: TlsConnector::from(Arc::new(config)),
+            connector: TlsConnector::from(rustls_config(ca, b"h2")?),
         })
     }
 
@@ -132,12 +85,7 @@ impl Raw {
 
 /// A gRPC client over TLS from 127.0.0.1 with `user`'s token.
 async fn client(fanout: &Fanout, ca: &str, user: &str) -> Result<Client> {
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name("localhost");
-    Ok(ClientConfig::new([format!("https://{}", fanout.addr)])
-        .tls(tls)
-        .bearer_token(user_token(user))
+    Ok(over_tls(fanout.addr, ca, None, Some(&user_token(user)))
         .connect()
         .await?)
 }
@@ -260,13 +208,18 @@ async fn hostile_connections_are_bounded_while_legitimate_subscribers_carry_on()
     let admin = cp.client.clone();
     for ns in ["a", "quiet"] {
         create_namespace(&admin, ns).await?;
-        grant(&admin, ns, "alice").await?;
+        grant(
+            &admin,
+            ns,
+            "readers",
+            vec![rule(&["list", "watch"], "configmaps")],
+            vec![user("alice")],
+        )
+        .await?;
     }
     let dir = tempfile::tempdir()?;
     let ca = Ca::new("serving")?;
-    let serving = ca.serving()?;
-    std::fs::write(dir.path().join("tls.crt"), serving.cert)?;
-    std::fs::write(dir.path().join("tls.key"), serving.key)?;
+    let (cert, key) = ca.serving()?.write_to(dir.path())?;
     let limits = ConnectionLimits {
         max_connections_per_ip: PER_IP,
         unauthenticated_timeout: UNAUTHENTICATED,
@@ -276,8 +229,8 @@ async fn hostile_connections_are_bounded_while_legitimate_subscribers_carry_on()
     };
     let fanout = Fanout::start_with(admin.clone(), &["v1/configmaps"], |o| {
         o.security.tls = Some(TlsFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
+            cert,
+            key,
             client_ca: None,
         });
         o.security.auth = Some(AuthOptions::default());

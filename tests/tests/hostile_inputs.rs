@@ -22,18 +22,17 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::future::join_all;
-use k8s_openapi::api::{
-    core::v1::ConfigMap,
-    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
-};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
 use kube_fanout_client::{
-    Client, ClientConfig, CompressionEncoding,
+    Client, CompressionEncoding,
     proto::{EventType, GetRequest, ListRequest, ListResourcesRequest, WatchRequest},
 };
 use kube_fanout_tests::{
-    controlplane::{ADMIN_TOKEN, ControlPlane, free_port, user_token},
-    process::{FanoutProcess, READINESS_SERVICE},
+    clients::plaintext,
+    controlplane::{ADMIN_TOKEN, ControlPlane, user_token},
+    process::FanoutProcess,
+    rbac::{grant, rule, until_api_server_lists, user},
     support::{configmaps, create_configmap, create_namespace, next_change, read_snapshot},
 };
 use tonic::Code;
@@ -72,43 +71,8 @@ fn rss(pid: u32) -> Result<u64> {
     Ok(kb * 1024)
 }
 
-/// Lets `user` get, list and watch configmaps in `namespace`.
-async fn grant(admin: &kube::Client, namespace: &str, user: &str) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some("read-configmaps".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-        ..PolicyRule::default()
-    }]);
-    Api::<Role>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some("read-configmaps".into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: "read-configmaps".into(),
-    };
-    binding.subjects = Some(vec![Subject {
-        kind: "User".into(),
-        name: user.into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }]);
-    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
-}
-
 async fn connect(server: &FanoutProcess, token: &str) -> Result<Client> {
-    Ok(ClientConfig::new([format!("http://{}", server.addr)])
-        .bearer_token(token)
-        .connect()
-        .await?)
+    plaintext(server.addr, token).await
 }
 
 fn list(namespace: &str) -> ListRequest {
@@ -357,7 +321,14 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
     for ns in [ALLOWED, OTHER] {
         create_namespace(&admin, ns).await?;
     }
-    grant(&admin, ALLOWED, "bob").await?;
+    grant(
+        &admin,
+        ALLOWED,
+        "read-configmaps",
+        vec![rule(&["get", "list", "watch"], "configmaps")],
+        vec![user("bob")],
+    )
+    .await?;
     let data = "d".repeat(OBJECT_BYTES);
     for i in 0..OBJECTS {
         create_configmap(&admin, ALLOWED, &format!("cm-{i}"), &data).await?;
@@ -369,28 +340,21 @@ async fn hostile_input_gets_clear_statuses_bounded_memory_and_no_lost_events() -
         .len();
     // RBAC learns the binding through an informer: wait until the API
     // server itself allows it.
-    let as_bob: Api<ConfigMap> =
-        Api::namespaced(cp.client_with_token(&user_token("bob"))?, ALLOWED);
-    let mut allowed = false;
-    for _ in 0..100 {
-        if as_bob.list(&ListParams::default().limit(1)).await.is_ok() {
-            allowed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(allowed, "the API server never allowed bob's role");
+    until_api_server_lists(
+        &cp,
+        &user_token("bob"),
+        ALLOWED,
+        &ListParams::default().limit(1),
+    )
+    .await?;
 
     // The binary with its default flags; only addresses and credentials set.
-    let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-fanout-under-test"));
-    command
-        .args(["--resource", "v1/configmaps"])
-        .arg(format!("--listen={addr}"))
-        .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
-        .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
-    let mut server = FanoutProcess::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
-    server.wait_serving(READINESS_SERVICE).await?;
+    let server = FanoutProcess::serving(
+        env!("CARGO_BIN_EXE_kube-fanout-under-test").as_ref(),
+        &cp,
+        &["--resource", "v1/configmaps"],
+    )
+    .await?;
     let pid = server.pid().context("kube-fanout exited")?;
 
     // The subscriber that must not notice: every configmap, all along.

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Result, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -18,7 +18,8 @@ use kube_fanout_client::{
     proto::{EventType, ListRequest, WatchRequest},
 };
 use kube_fanout_tests::{
-    controlplane::ControlPlane, fanout::Fanout, proxy::CountingProxy, support::*,
+    controlplane::ControlPlane, eventually::eventually, fanout::Fanout, proxy::CountingProxy,
+    support::*,
 };
 use kube_runtime::{Controller, WatchStreamExt, controller::Action, reflector, watcher::Config};
 use rand::{Rng, SeedableRng, distr::Alphanumeric, rngs::StdRng};
@@ -206,34 +207,33 @@ async fn a_metadata_controller_fed_by_kube_fanout_agrees_with_the_api_server() -
     let truth_api: KubeApi<PartialObjectMeta<ConfigMap>> =
         KubeApi::namespaced(kube.clone(), "metactl");
     let want_copied = BTreeMap::from(
-        [("a", "gold"), ("b", "platinum"), ("d", "gold")].map(|(n, t)| (n.to_owned(), t)),
+        [("a", "gold"), ("b", "platinum"), ("d", "gold")]
+            .map(|(n, t)| (n.to_owned(), t.to_owned())),
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let truth = truth_api.list(&ListParams::default()).await?;
-        let copied: BTreeMap<String, &str> = truth
-            .items
-            .iter()
-            .map(|o| {
-                let copied = o.annotations().get(COPIED).map_or("", String::as_str);
-                (o.name_any(), copied)
-            })
-            .collect();
-        let theirs = by_name(&truth.items);
-        let state = reader.state();
-        let ours = by_name(state.iter().map(|o| &**o));
-        if copied == want_copied && ours == theirs {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            controller.abort();
-            bail!(
-                "after 30s: annotations {copied:?} (want {want_copied:?});\n\
-                 kube-fanout's store {ours:#?}\nthe API server's {theirs:#?}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The annotations the controller copied, and kube-fanout's store
+    // against the API server's list.
+    eventually(format!(
+        "annotations {want_copied:?} and kube-fanout's store equal to the API server's"
+    ))
+    .until(
+        async || {
+            let truth = truth_api.list(&ListParams::default()).await?;
+            let copied: BTreeMap<String, String> = truth
+                .items
+                .iter()
+                .map(|o| {
+                    let copied = o.annotations().get(COPIED).cloned().unwrap_or_default();
+                    (o.name_any(), copied)
+                })
+                .collect();
+            let state = reader.state();
+            let ours = by_name(state.iter().map(|o| &**o));
+            Ok((copied, ours, by_name(&truth.items)))
+        },
+        |(copied, ours, theirs)| *copied == want_copied && ours == theirs,
+    )
+    .await
+    .inspect_err(|_| controller.abort())?;
     // Every object in the store came as a PartialObjectMetadata.
     ensure!(reader.state().iter().all(|o| {
         o.types

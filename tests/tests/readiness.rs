@@ -8,42 +8,30 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{Api, PostParams};
+use anyhow::Result;
 use kube_fanout_tests::{
     controlplane::{ControlPlane, user_token},
+    eventually::eventually,
     fanout::Fanout,
+    rbac::{grant, rule, user},
+    support,
 };
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 const READINESS: &str = "kubefanout.v1.KubeFanout";
 const GRACE: Duration = Duration::from_secs(2);
 
 async fn health(fanout: &Fanout, service: &str) -> Result<ServingStatus> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", fanout.addr))?
-        .connect()
-        .await?;
-    let mut client = HealthClient::new(channel);
-    let answer = client
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
-        .await?;
-    Ok(answer.into_inner().status())
+    support::health(fanout.addr, service).await
 }
 
 /// Waits until readiness says `want`; how long that took.
 async fn readiness_becomes(fanout: &Fanout, want: ServingStatus) -> Result<Duration> {
     let started = tokio::time::Instant::now();
-    while health(fanout, READINESS).await? != want {
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!("readiness not {want:?} within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(format!("readiness {want:?}"))
+        .within(Duration::from_secs(60))
+        .until(async || health(fanout, READINESS).await, |now| *now == want)
+        .await?;
     Ok(started.elapsed())
 }
 
@@ -82,33 +70,14 @@ async fn readiness_turns_off_while_the_api_server_is_gone_and_back_on_after() ->
 async fn an_identity_that_may_list_but_not_watch_is_not_ready() -> Result<()> {
     kube_fanout_tests::init_logging();
     let cp = ControlPlane::start().await?;
-    let mut role = ClusterRole::default();
-    role.metadata.name = Some("list-only".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["list".into()],
-        ..PolicyRule::default()
-    }]);
-    Api::<ClusterRole>::all(cp.client.clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = ClusterRoleBinding::default();
-    binding.metadata.name = Some("list-only".into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "ClusterRole".into(),
-        name: "list-only".into(),
-    };
-    binding.subjects = Some(vec![Subject {
-        kind: "User".into(),
-        name: "alice".into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }]);
-    Api::<ClusterRoleBinding>::all(cp.client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
+    grant(
+        &cp.client,
+        "",
+        "list-only",
+        vec![rule(&["list"], "configmaps")],
+        vec![user("alice")],
+    )
+    .await?;
 
     let fanout = start(cp.client_with_token(&user_token("alice"))?).await?;
     // The LIST fallback syncs it; every watch after it is forbidden.

@@ -9,14 +9,16 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube_fanout::{
+    event::EventKind,
     object::ResourceVersion,
     reflector::{Reflector, ReflectorConfig, State},
     resource::ResourceType,
-    store::{EventKind, Gap, Store},
+    store::{Gap, Store},
 };
 use kube_fanout_client::proto::EventType;
 use kube_fanout_tests::{
     controlplane::{ControlPlane, Options},
+    eventually::eventually,
     fanout::Fanout,
     support::*,
 };
@@ -105,16 +107,11 @@ async fn with_the_watch_list_gate_on_the_reflector_syncs_by_watch_list_in_one_re
     // The same watch carries the next change.
     create_configmap(&cp.client, "wl", "after", "y").await?;
     let follow = tokio::spawn(async move { reflector.step(state).await });
-    for _ in 0..100 {
-        if store.get("wl/after").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        store.get("wl/after").is_some(),
-        "the kept watch delivered the change"
-    );
+    eventually("the kept watch delivering the change")
+        .within(Duration::from_secs(5))
+        .every(Duration::from_millis(50))
+        .until(async || Ok(store.get("wl/after").is_some()), |got| *got)
+        .await?;
     assert_eq!(status.lock().watches, 1, "no second request was needed");
     follow.abort();
     Ok(())

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use kube_fanout_proto::v1::{WatchEvent, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::ControlPlane,
+    eventually::eventually,
     faults::replica::Replica,
     support::{read_snapshot, watch_list},
 };
@@ -45,13 +46,12 @@ async fn sigterm_ends_it_promptly_with_open_watches_and_with_the_api_server_gone
     let _open = watching(&orphaned).await?;
     cp.kill_apiserver().await?;
     // Until the reflector has found its watch broken and retries.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while orphaned.status().await?.last_error.is_empty() {
-        if tokio::time::Instant::now() > deadline {
-            bail!("the reflector never noticed its API server was gone");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the reflector noticing its API server was gone")
+        .until(
+            async || orphaned.status().await,
+            |status| !status.last_error.is_empty(),
+        )
+        .await?;
     let took = orphaned.terminate(BOUND).await?;
     println!("SIGTERM with the API server gone: exited after {took:?}");
     Ok(())

@@ -7,51 +7,33 @@ use std::path::Path;
 use base64::Engine;
 
 use anyhow::Result;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{Api, PostParams};
 use kube_fanout::{server::AuthOptions, tls::TlsFiles};
-use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig};
+use kube_fanout_client::Client;
 use kube_fanout_proto::v1::{ListResourcesRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
+    clients::over_tls,
     controlplane::{ControlPlane, user_token},
     fanout::Fanout,
     pki::{Ca, Pair},
+    rbac::{grant, group, rule},
     support::{
         create_configmap, create_namespace, next_change, read_snapshot, run, tool, watch_list,
     },
 };
-use tonic::{Code, transport::Identity};
+use tonic::Code;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 
-fn write_serving(dir: &Path, pair: Pair) -> Result<()> {
-    std::fs::write(dir.join("tls.key"), pair.key)?;
-    std::fs::write(dir.join("tls.crt"), pair.cert)?;
-    Ok(())
-}
-
-fn identity(pair: Pair) -> Identity {
-    Identity::from_pem(pair.cert, pair.key)
-}
-
 async fn connect(
     fanout: &Fanout,
     ca: &str,
-    identity: Option<Identity>,
+    certificate: Option<&Pair>,
     token: Option<&str>,
 ) -> Result<Client, kube_fanout_client::ClientError> {
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name("localhost");
-    if let Some(identity) = identity {
-        tls = tls.identity(identity);
-    }
-    let mut config = ClientConfig::new([format!("https://{}", fanout.addr)]).tls(tls);
-    if let Some(token) = token {
-        config = config.bearer_token(token);
-    }
-    config.connect().await
+    over_tls(fanout.addr, ca, certificate, token)
+        .connect()
+        .await
 }
 
 /// With TLS on, the kubelet's plaintext gRPC probe gets readiness from the
@@ -83,38 +65,6 @@ async fn plaintext_health_is_served_apart(fanout: &Fanout) -> Result<()> {
     Ok(())
 }
 
-/// Grants the group `group` list and watch on configmaps in `namespace`.
-async fn grant_group(admin: &kube::Client, namespace: &str, group: &str) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some("readers".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["list".into(), "watch".into()],
-        ..PolicyRule::default()
-    }]);
-    Api::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some("readers".into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: "readers".into(),
-    };
-    binding.subjects = Some(vec![Subject {
-        kind: "Group".into(),
-        name: group.into(),
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        ..Subject::default()
-    }]);
-    Api::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let cp = ControlPlane::start().await?;
@@ -123,7 +73,14 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
         create_namespace(&admin, ns).await?;
     }
     create_configmap(&admin, "a", "first", "v").await?;
-    grant_group(&admin, "a", "team-x").await?;
+    grant(
+        &admin,
+        "a",
+        "readers",
+        vec![rule(&["list", "watch"], "configmaps")],
+        vec![group("team-x")],
+    )
+    .await?;
 
     let dir = tempfile::tempdir()?;
     let (serving_ca, client_ca, stranger_ca) = (
@@ -131,11 +88,11 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
         Ca::new("clients")?,
         Ca::new("strangers")?,
     );
-    write_serving(dir.path(), serving_ca.serving()?)?;
+    let (cert, key) = serving_ca.serving()?.write_to(dir.path())?;
     std::fs::write(dir.path().join("client-ca.crt"), client_ca.pem())?;
     let files = TlsFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
+        cert,
+        key,
         client_ca: Some(dir.path().join("client-ca.crt")),
     };
     let fanout = Fanout::start_with(admin.clone(), &["v1/configmaps"], |o| {
@@ -151,7 +108,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let mut frank = connect(
         &fanout,
         &serving_ca.pem(),
-        Some(identity(client_ca.client("frank", "team-x")?)),
+        Some(&client_ca.client("frank", "team-x")?),
         None,
     )
     .await?;
@@ -180,11 +137,11 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     // request; the stranger also carries a valid token, so only the
     // refused certificate can make the request fail.)
     let stranger = async {
-        let identity = identity(stranger_ca.client("mallory", "team-x")?);
+        let certificate = stranger_ca.client("mallory", "team-x")?;
         let mut client = connect(
             &fanout,
             &serving_ca.pem(),
-            Some(identity),
+            Some(&certificate),
             Some(&user_token("bob")),
         )
         .await?;
@@ -208,7 +165,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     // Rotation: new files, signed by another CA. New connections get the
     // new certificate; the open watch goes on.
     let rotated_ca = Ca::new("rotated")?;
-    write_serving(dir.path(), rotated_ca.serving()?)?;
+    rotated_ca.serving()?.write_to(dir.path())?;
     connect(&fanout, &rotated_ca.pem(), None, Some(&user_token("bob")))
         .await?
         .list_resources()
@@ -231,7 +188,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
     let mut grace = connect(
         &fanout,
         &rotated_ca.pem(),
-        Some(identity(rotated_clients.client("grace", "team-x")?)),
+        Some(&rotated_clients.client("grace", "team-x")?),
         None,
     )
     .await?;
@@ -245,7 +202,7 @@ async fn tls_mtls_identity_and_rotation_under_an_open_watch() -> Result<()> {
         connect(
             &fanout,
             &rotated_ca.pem(),
-            Some(identity(client_ca.client("frank", "team-x")?)),
+            Some(&client_ca.client("frank", "team-x")?),
             None,
         )
         .await?

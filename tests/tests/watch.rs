@@ -8,7 +8,9 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
 use kube_fanout_client::proto::EventType;
-use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
+use kube_fanout_tests::{
+    controlplane::ControlPlane, eventually::eventually, fanout::Fanout, support::*,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_get_an_exact_snapshot_then_every_change_in_order() -> anyhow::Result<()> {
@@ -129,18 +131,17 @@ async fn list_pages_are_one_snapshot_equal_to_the_api_servers_list_at_its_rv() -
     api.delete("cm-15", &DeleteParams::default()).await?;
     let late = create_configmap(&client, "pages", "cm-12a", "late").await?;
     let late_rv: u64 = late.metadata.resource_version.context("an RV")?.parse()?;
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    loop {
-        let resources = grpc.list_resources().await?;
-        if resources.resources[0].resource_version.parse::<u64>()? >= late_rv {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cache did not reach RV {late_rv}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(format!("the cache reaching RV {late_rv}"))
+        .within(EVENT_TIMEOUT)
+        .every(Duration::from_millis(20))
+        .until(
+            async || {
+                let resources = grpc.list_resources().await?;
+                Ok(resources.resources[0].resource_version.parse::<u64>()?)
+            },
+            |rv| *rv >= late_rv,
+        )
+        .await?;
 
     let mut objects: BTreeMap<String, ConfigMap> = BTreeMap::new();
     let mut page = first;

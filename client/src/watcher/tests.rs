@@ -4,14 +4,20 @@
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube_fanout_proto::CONNECTION_RETIRED;
 use kube_runtime::reflector::store::Writer;
 use tokio::time::Instant;
+use tonic::Code;
 
-use super::*;
-use crate::proto::ResourceRef;
+use super::{
+    source::{EventStream, Source},
+    *,
+};
+use crate::proto::{EventType, ResourceRef, WatchEvent};
 
 /// One `Watch` call's answer.
 enum Session {
@@ -133,6 +139,26 @@ fn bookmark(rv: u64, end_of_snapshot: bool) -> Step {
 
 fn lagged() -> Status {
     Status::resource_exhausted("subscriber lagged")
+}
+
+/// The status a server ends a watch with when it retires the connection.
+fn retired(rv: u64) -> Status {
+    <Status as tonic_types::StatusExt>::with_error_details(
+        Code::Unavailable,
+        "connection retired after its maximum age",
+        tonic_types::ErrorDetails::with_error_info(
+            CONNECTION_RETIRED,
+            "kube-fanout.io",
+            [("resourceVersion".to_owned(), rv.to_string())],
+        ),
+    )
+}
+
+/// Whether `gap` is a first (`n` = 0), second, ... backoff delay of
+/// kube-runtime's default: 0.8 s doubling, plus up to as much jitter.
+fn is_backoff(gap: Duration, n: u32) -> bool {
+    let base = Duration::from_millis(800) * 2u32.pow(n);
+    (base..base * 2).contains(&gap)
 }
 
 /// A readable form of what the caller saw.
@@ -260,21 +286,12 @@ async fn a_broken_stream_resumes_after_the_last_rv_seen_even_a_bookmark() {
 /// same server, from its last resourceVersion: no backoff, no failover.
 #[tokio::test(start_paused = true)]
 async fn a_retired_connection_resumes_at_once_on_the_same_server() {
-    let retired = <Status as tonic_types::StatusExt>::with_error_details(
-        Code::Unavailable,
-        "connection retired after its maximum age",
-        tonic_types::ErrorDetails::with_error_info(
-            CONNECTION_RETIRED,
-            "kube-fanout.io",
-            [("resourceVersion".to_owned(), "6".to_owned())],
-        ),
-    );
     let script = Script::new(vec![
         Session::Stream(vec![
             added("a", 3),
             bookmark(5, true),
             modified("a", 6),
-            Step::Fail(retired),
+            Step::Fail(retired(6)),
         ]),
         Session::Stream(vec![modified("a", 7)]),
     ]);
@@ -731,4 +748,265 @@ async fn an_event_breaking_into_a_unit_drops_the_unit_and_resumes_before_it() {
         script.requests(),
         [(String::new(), true), ("5".into(), false)]
     );
+}
+
+// The transitions of the state machine (see state.rs) that the tests above
+// pass through without pinning down: each asserts the exact watches asked
+// for, when, and on which server.
+
+/// Resume → (refused) → Backoff → Resume: a refusal of a resumed watch
+/// keeps the resume point, and the backoff goes on growing from the break
+/// before it.
+#[tokio::test(start_paused = true)]
+async fn a_refused_resume_keeps_the_resume_point_and_the_backoff_grows() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            modified("a", 6),
+            Step::Fail(Status::unavailable("replica gone")),
+        ]),
+        Session::Refuse(Status::permission_denied("no watch on configmaps")),
+        Session::Stream(vec![modified("a", 7)]),
+    ]);
+    let events = first(&script, 6).await;
+    assert!(
+        matches!(&events[4], Err(WatchError::Refused(s)) if s.code() == Code::PermissionDenied),
+        "{:?}",
+        events[4]
+    );
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        [&seen[..4], &seen[5..]].concat(),
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Apply a@6",
+            "Apply a@7"
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("6".into(), false),
+            ("6".into(), false)
+        ],
+        "no new snapshot after a refusal"
+    );
+    let gaps = script.gaps();
+    assert!(
+        is_backoff(gaps[0], 0) && is_backoff(gaps[1], 1),
+        "0.8 s, then 1.6 s (plus jitter): {gaps:?}"
+    );
+    assert_eq!(*script.reconnects.lock().unwrap(), 2);
+}
+
+/// Watching → (Expired) → Empty → InitialWatch → Watching: an Expired
+/// stream takes a new snapshot at once on the same server, and the next
+/// resume is from that snapshot's resourceVersion.
+#[tokio::test(start_paused = true)]
+async fn expired_mid_stream_re_snapshots_at_once_and_resumes_from_the_new_snapshot() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            modified("a", 6),
+            Step::Fail(Status::out_of_range("resourceVersion 6 is too old")),
+        ]),
+        Session::Stream(vec![
+            added("a", 9),
+            bookmark(10, true),
+            modified("a", 11),
+            Step::Fail(lagged()),
+        ]),
+        Session::Stream(vec![deleted("a", 12)]),
+    ]);
+    let seen: Vec<String> = first(&script, 9).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Apply a@6",
+            "Init",
+            "InitApply a@9",
+            "InitDone",
+            "Apply a@11",
+            "Delete a@12",
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            (String::new(), true),
+            ("11".into(), false)
+        ]
+    );
+    let gaps = script.gaps();
+    assert_eq!(gaps[0], Duration::ZERO, "no backoff before a new snapshot");
+    assert!(is_backoff(gaps[1], 0), "a first break after it: {gaps:?}");
+    assert_eq!(
+        *script.reconnects.lock().unwrap(),
+        1,
+        "only the break moves to the next server"
+    );
+}
+
+/// InitialWatch → (retired) → Empty: a connection retired inside the
+/// snapshot takes the snapshot again at once, on the same server.
+#[tokio::test(start_paused = true)]
+async fn a_connection_retired_inside_the_snapshot_takes_it_again_at_once() {
+    let script = Script::new(vec![
+        Session::Stream(vec![added("a", 3), Step::Fail(retired(3))]),
+        Session::Stream(vec![added("a", 3), added("b", 4), bookmark(5, true)]),
+    ]);
+    let seen: Vec<String> = first(&script, 6).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "Init",
+            "InitApply a@3",
+            "InitApply b@4",
+            "InitDone"
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), (String::new(), true)]
+    );
+    assert_eq!(script.gaps(), [Duration::ZERO], "no backoff");
+    assert_eq!(*script.reconnects.lock().unwrap(), 0, "no failover");
+}
+
+/// Watching → (the stream ends) → Backoff → Resume: a watch the server
+/// ends without a status is a break like any other.
+#[tokio::test(start_paused = true)]
+async fn a_watch_the_server_ends_resumes_after_a_backoff_on_the_next_server() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            modified("a", 6),
+            bookmark(8, false),
+        ]),
+        Session::Stream(vec![modified("a", 9)]),
+    ]);
+    let seen: Vec<String> = first(&script, 5).await.iter().map(show).collect();
+    assert_eq!(
+        seen,
+        [
+            "Init",
+            "InitApply a@3",
+            "InitDone",
+            "Apply a@6",
+            "Apply a@9"
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("8".into(), false)]
+    );
+    let gaps = script.gaps();
+    assert!(is_backoff(gaps[0], 0), "{gaps:?}");
+    assert_eq!(*script.reconnects.lock().unwrap(), 1);
+}
+
+/// Resyncing → (an undecodable change) → Resyncing: the error is reported
+/// and the unit goes on; its other changes still arrive as one state.
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_change_in_a_unit_is_reported_and_the_rest_applies_at_once() {
+    let undecodable = Step::Send(WatchEvent {
+        r#type: EventType::Modified.into(),
+        resource_version: "20".into(),
+        object: "{\"data\": 42}".into(),
+        resync: true,
+    });
+    let script = Script::new(vec![Session::Stream(vec![
+        added("a", 3),
+        added("b", 4),
+        bookmark(5, true),
+        resync(EventType::Modified, "a", 20),
+        undecodable,
+        resync(EventType::Deleted, "b", 20),
+        resync_end(20),
+        modified("a", 21),
+    ])]);
+    let events = first(&script, 9).await;
+    assert!(
+        matches!(events[4], Err(WatchError::Decode(_))),
+        "{:?}",
+        events[4]
+    );
+    let seen: Vec<String> = events.iter().map(show).collect();
+    assert_eq!(
+        seen[5..],
+        ["Init", "InitApply a@20", "InitDone", "Apply a@21"],
+        "{seen:?}"
+    );
+    assert_eq!(script.requests(), [(String::new(), true)], "no break");
+}
+
+/// Watching → (retired) → Resume takes no backoff delay: the breaks around
+/// a retirement are paced as if it had not happened.
+#[tokio::test(start_paused = true)]
+async fn a_retired_connection_does_not_lengthen_the_backoff() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            bookmark(5, true),
+            Step::Fail(Status::unavailable("gone")),
+        ]),
+        Session::Stream(vec![bookmark(6, false), Step::Fail(retired(6))]),
+        Session::Stream(vec![
+            bookmark(7, false),
+            Step::Fail(Status::unavailable("gone")),
+        ]),
+        Session::Stream(vec![added("a", 8)]),
+    ]);
+    let seen: Vec<String> = first(&script, 3).await.iter().map(show).collect();
+    assert_eq!(seen, ["Init", "InitDone", "Apply a@8"]);
+    assert_eq!(
+        script.requests(),
+        [
+            (String::new(), true),
+            ("5".into(), false),
+            ("6".into(), false),
+            ("7".into(), false)
+        ]
+    );
+    let gaps = script.gaps();
+    assert!(
+        is_backoff(gaps[0], 0) && gaps[1] == Duration::ZERO && is_backoff(gaps[2], 1),
+        "0.8 s, at once, 1.6 s (plus jitter): {gaps:?}"
+    );
+}
+
+/// Resyncing → (an event not of the unit) → Backoff → Resume: a server
+/// breaking its own unit is paced like a break, and left for the next
+/// server.
+#[tokio::test(start_paused = true)]
+async fn a_broken_unit_backs_off_and_fails_over_before_resuming() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("a", 3),
+            bookmark(5, true),
+            resync(EventType::Modified, "a", 20),
+            resync(EventType::Modified, "a", 21),
+        ]),
+        Session::Stream(vec![modified("a", 6)]),
+    ]);
+    let seen: Vec<String> = first(&script, 4).await.iter().map(show).collect();
+    assert_eq!(seen, ["Init", "InitApply a@3", "InitDone", "Apply a@6"]);
+    assert_eq!(
+        script.requests(),
+        [(String::new(), true), ("5".into(), false)]
+    );
+    let gaps = script.gaps();
+    assert!(is_backoff(gaps[0], 0), "{gaps:?}");
+    assert_eq!(*script.reconnects.lock().unwrap(), 1);
 }

@@ -10,13 +10,13 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context, Result};
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::PostParams;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig, proto::EventType};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port, tied_command},
+    eventually::eventually,
     pki::Ca,
+    rbac::{grant, rule, service_account},
     support::{create_configmap, create_namespace, decode, watch_list},
 };
 use tokio::signal::unix::{SignalKind, signal};
@@ -63,7 +63,15 @@ async fn main() -> Result<()> {
     std::fs::write(&ca_file, ca.pem())?;
     std::fs::write(&cert_file, &serving.cert)?;
     std::fs::write(&key_file, &serving.key)?;
-    grant_viewer(&cp.client).await?;
+    // Lets the ServiceAccount demo/viewer list and watch ConfigMaps in "demo".
+    grant(
+        &cp.client,
+        "demo",
+        "viewer",
+        vec![rule(&["list", "watch"], "configmaps")],
+        vec![service_account("demo", "viewer")],
+    )
+    .await?;
     let token = cp.service_account_token("demo", "viewer", &[]).await?;
     std::fs::write(&token_file, &token)?;
 
@@ -147,45 +155,10 @@ async fn main() -> Result<()> {
 }
 
 async fn connect(config: ClientConfig) -> Result<Client> {
-    for _ in 0..100 {
-        if let Ok(client) = config.clone().connect().await {
-            return Ok(client);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("kube-fanout did not listen within 10s")
-}
-
-/// Lets the ServiceAccount demo/viewer list and watch ConfigMaps in "demo".
-async fn grant_viewer(client: &kube::Client) -> Result<()> {
-    let mut role = Role::default();
-    role.metadata.name = Some("viewer".into());
-    role.rules = Some(vec![PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["list".into(), "watch".into()],
-        ..PolicyRule::default()
-    }]);
-    Api::namespaced(client.clone(), "demo")
-        .create(&PostParams::default(), &role)
-        .await?;
-    let mut binding = RoleBinding::default();
-    binding.metadata.name = Some("viewer".into());
-    binding.role_ref = RoleRef {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "Role".into(),
-        name: "viewer".into(),
-    };
-    binding.subjects = Some(vec![Subject {
-        kind: "ServiceAccount".into(),
-        name: "viewer".into(),
-        namespace: Some("demo".into()),
-        ..Subject::default()
-    }]);
-    Api::namespaced(client.clone(), "demo")
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
+    eventually("kube-fanout answering")
+        .within(Duration::from_secs(10))
+        .until_ok(async || config.clone().connect().await)
+        .await
 }
 
 /// Creates, updates and deletes ConfigMaps once a second.

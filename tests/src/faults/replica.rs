@@ -15,7 +15,10 @@ use kube_fanout_proto::v1::{
 };
 use tokio::process::Child;
 
-use crate::controlplane::{free_port, spawn};
+use crate::{
+    controlplane::{free_port, spawn},
+    eventually::{Look, eventually},
+};
 
 /// How long a replica may take to sync after it starts.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -137,45 +140,43 @@ impl Replica {
     }
 
     async fn wait_synced(&mut self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-        loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(exit) = child.try_wait()?
-            {
-                bail!("replica {} exited with {exit}", self.name);
-            }
-            if let Ok(s) = self.status().await
-                && s.sync_state() == SyncState::Synced
-            {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("replica {} not synced after {SYNC_TIMEOUT:?}", self.name);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let name = self.name;
+        eventually(format!("replica {name} synced"))
+            .within(SYNC_TIMEOUT)
+            .every(Duration::from_millis(200))
+            .until_done(async || {
+                if let Some(child) = self.child.as_mut()
+                    && let Some(exit) = child.try_wait()?
+                {
+                    bail!("replica {name} exited with {exit}");
+                }
+                Ok(match self.status().await {
+                    Ok(s) if s.sync_state() == SyncState::Synced => Look::Done(()),
+                    other => Look::NotYet(other),
+                })
+            })
+            .await
     }
 
     /// Waits until the replica has relisted more than `relists` times (a
     /// re-sync after its API server came back), or fails after `within`.
     pub async fn wait_relisted(&self, relists: u64, within: Duration) -> Result<u64> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Ok(s) = self.status().await
-                && s.relists > relists
-                && s.sync_state() == SyncState::Synced
-            {
-                return Ok(s.relists);
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "replica {} did not relist within {within:?}:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually(format!(
+            "replica {} relisted more than {relists} times and synced",
+            self.name
+        ))
+        .within(within)
+        .every(Duration::from_millis(200))
+        .until_done(async || {
+            Ok(match self.status().await {
+                Ok(s) if s.relists > relists && s.sync_state() == SyncState::Synced => {
+                    Look::Done(s.relists)
+                }
+                other => Look::NotYet(other),
+            })
+        })
+        .await
+        .with_context(|| format!("its log:\n{}", self.log_tail()))
     }
 }
 

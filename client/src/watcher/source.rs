@@ -1,0 +1,37 @@
+//! Where a watch's events come from: a kube-fanout server, or a script in
+//! the unit tests.
+
+use std::future::Future;
+
+use futures::{StreamExt, stream::BoxStream};
+use tonic::Status;
+
+use crate::{
+    client::Client,
+    error::ClientError,
+    proto::{WatchEvent, WatchRequest},
+};
+
+/// A stream of raw events from one `Watch` call.
+pub(super) type EventStream = BoxStream<'static, Result<WatchEvent, Status>>;
+
+/// Opens watches, and moves to another server after a failure.
+pub(super) trait Source: Send + 'static {
+    /// Starts a watch.
+    fn open(
+        &mut self,
+        request: WatchRequest,
+    ) -> impl Future<Output = Result<EventStream, Status>> + Send;
+    /// Moves to the next server after a failure.
+    fn reconnect(&mut self) -> impl Future<Output = Result<(), ClientError>> + Send;
+}
+
+impl Source for Client {
+    async fn open(&mut self, request: WatchRequest) -> Result<EventStream, Status> {
+        Ok(self.grpc().watch(request).await?.into_inner().boxed())
+    }
+
+    async fn reconnect(&mut self) -> Result<(), ClientError> {
+        Client::reconnect(self).await
+    }
+}
