@@ -43,6 +43,13 @@ pub struct Options {
     pub feature_gates: Option<String>,
     /// More kube-apiserver flags, e.g. `--watch-cache-sizes=configmaps#0`.
     pub extra_args: Vec<String>,
+    /// Keep the ServiceAccount admission plugin (off by default, as in
+    /// envtest): pods get their ServiceAccount's token volume, which a
+    /// cluster whose pods run needs.
+    pub service_account_admission: bool,
+    /// More IP addresses the serving certificate is for, besides
+    /// 127.0.0.1: where pods reach the API server.
+    pub serving_ips: Vec<String>,
 }
 
 /// A running etcd + kube-apiserver pair.
@@ -178,7 +185,7 @@ impl ControlPlane {
             &d.join("etcd.log"),
         )?;
 
-        let ca_pem = write_credentials(d)?;
+        let ca_pem = write_credentials(d, &options.serving_ips)?;
         let server_url = format!("https://127.0.0.1:{api_port}");
         let mut args = vec![
             format!("--etcd-servers={etcd_endpoint}"),
@@ -190,7 +197,6 @@ impl ControlPlane {
             "--advertise-address=127.0.0.1".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer={server_url}/"),
             format!("--service-account-key-file={}", d.join("sa.pub").display()),
@@ -201,6 +207,9 @@ impl ControlPlane {
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
             "--v=1".into(),
         ];
+        if !options.service_account_admission {
+            args.push("--disable-admission-plugins=ServiceAccount".into());
+        }
         if let Some(gates) = &options.feature_gates {
             args.push(format!("--feature-gates={gates}"));
         }
@@ -446,11 +455,12 @@ pub fn tied_command(program: &Path) -> Command {
     command
 }
 
-/// Writes the serving certificate (signed by a fresh CA), the
-/// service-account key pair and the static token file; returns the CA.
-fn write_credentials(d: &Path) -> Result<String> {
+/// Writes the serving certificate (signed by a fresh CA, for 127.0.0.1,
+/// localhost and `serving_ips`), the service-account key pair and the
+/// static token file; returns the CA.
+fn write_credentials(d: &Path, serving_ips: &[String]) -> Result<String> {
     let ca = Ca::new("kube-apiserver")?;
-    let serving = ca.serving()?;
+    let serving = ca.serving_with(serving_ips)?;
     std::fs::write(d.join("serving.crt"), serving.cert)?;
     std::fs::write(d.join("serving.key"), serving.key)?;
     let sa = rcgen::KeyPair::generate()?;

@@ -1,13 +1,17 @@
 //! Test support for kube-fanout's end-to-end tests: a real kube-apiserver
 //! and etcd on loopback ([`controlplane`]), and kube-fanout itself started
-//! in process against them ([`fanout`]) or as its binary ([`process`]), and
-//! the randomized fault test of the Watch contract ([`faults`]).
+//! in process against them ([`fanout`]) or as its binary ([`process`]), a
+//! cluster with a real node that runs the chart's pods ([`node`]), the real
+//! helm ([`helm`]), and the randomized fault test of the Watch contract
+//! ([`faults`]).
 
 pub mod clients;
 pub mod controlplane;
 pub mod eventually;
 pub mod fanout;
 pub mod faults;
+pub mod helm;
+pub mod node;
 pub mod pki;
 pub mod process;
 pub mod proxy;

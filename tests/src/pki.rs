@@ -57,9 +57,16 @@ impl Ca {
 
     /// A serving certificate for `localhost` and 127.0.0.1.
     pub fn serving(&self) -> Result<Pair> {
+        self.serving_with(&[])
+    }
+
+    /// A serving certificate for localhost, 127.0.0.1 and `more` (names
+    /// or IP addresses).
+    pub fn serving_with(&self, more: &[String]) -> Result<Pair> {
         let key = KeyPair::generate()?;
-        let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?
-            .signed_by(&key, &self.issuer)?;
+        let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        names.extend(more.iter().cloned());
+        let cert = CertificateParams::new(names)?.signed_by(&key, &self.issuer)?;
         Ok(Pair {
             cert: cert.pem(),
             key: key.serialize_pem(),

@@ -29,7 +29,7 @@ use k8s_openapi::{
 use kube::{
     api::{Api, DynamicObject, ListParams, PostParams},
     core::GroupVersionKind,
-    discovery::{Scope, pinned_kind},
+    discovery::pinned_kind,
 };
 use kube_fanout_client::{
     Certificate, ClientConfig, ClientTlsConfig,
@@ -38,10 +38,10 @@ use kube_fanout_client::{
 use kube_fanout_tests::{
     controlplane::{ADMIN_TOKEN, ControlPlane, free_port},
     eventually::eventually,
+    helm::{Helm, api_for, exists, kind_name, parse_manifest},
     process::{FanoutProcess, READINESS_SERVICE},
-    support::{create_namespace, https_get, tool},
+    support::{create_namespace, https_get},
 };
-use serde::Deserialize as _;
 use tokio::process::Command;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -55,102 +55,6 @@ const FULLNAME: &str = "kf-kube-fanout";
 const SERVICE_HOST: &str = "kf-kube-fanout.fanout.svc";
 /// The token audience the chart accepts by default.
 const AUDIENCE: &str = "kube-fanout";
-
-/// The real helm, pointed at the test API server, with its state in the
-/// control plane's temporary directory.
-struct Helm {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-}
-
-impl Helm {
-    fn new(cp: &ControlPlane) -> Result<Self> {
-        Ok(Helm {
-            bin: tool("helm")?,
-            kubeconfig: cp.kubeconfig.clone(),
-            home: cp.dir().join("helm"),
-        })
-    }
-
-    /// Runs helm; its stdout, or an error quoting its stderr.
-    async fn run(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .env_remove("KUBECONFIG")
-            .env("HELM_CACHE_HOME", self.home.join("cache"))
-            .env("HELM_CONFIG_HOME", self.home.join("config"))
-            .env("HELM_DATA_HOME", self.home.join("data"))
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output()
-            .await
-            .context("running helm")?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        ensure!(out.status.success(), "helm {args:?} failed:\n{stderr}");
-        Ok(String::from_utf8(out.stdout)?)
-    }
-
-    /// The objects of the release's current manifest.
-    async fn manifest(&self) -> Result<Vec<DynamicObject>> {
-        parse_manifest(
-            &self
-                .run(&["get", "manifest", RELEASE, "-n", NAMESPACE])
-                .await?,
-        )
-    }
-}
-
-/// The objects of a multi-document YAML manifest.
-fn parse_manifest(yaml: &str) -> Result<Vec<DynamicObject>> {
-    let mut objects = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
-        let value = serde_yaml::Value::deserialize(document)?;
-        if value.is_null() {
-            continue;
-        }
-        objects.push(serde_json::from_value(serde_json::to_value(value)?)?);
-    }
-    Ok(objects)
-}
-
-/// "Kind/name" of an object, for messages and sets.
-fn kind_name(object: &DynamicObject) -> String {
-    format!(
-        "{}/{}",
-        object.types.as_ref().map_or("?", |t| t.kind.as_str()),
-        object.metadata.name.as_deref().unwrap_or("?")
-    )
-}
-
-/// The API for `object`'s kind, found through discovery, in its namespace.
-async fn api_for(client: &kube::Client, object: &DynamicObject) -> Result<Api<DynamicObject>> {
-    let types = object.types.as_ref().context("no apiVersion/kind")?;
-    let gvk = GroupVersionKind::try_from(types)?;
-    let (resource, capabilities) = pinned_kind(client, &gvk)
-        .await
-        .with_context(|| format!("discovering {}", kind_name(object)))?;
-    Ok(match capabilities.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            client.clone(),
-            object.metadata.namespace.as_deref().unwrap_or(NAMESPACE),
-            &resource,
-        ),
-        Scope::Cluster => Api::all_with(client.clone(), &resource),
-    })
-}
-
-/// Whether the API server holds `object`.
-async fn exists(client: &kube::Client, object: &DynamicObject) -> Result<bool> {
-    let name = object.metadata.name.as_deref().context("unnamed object")?;
-    Ok(api_for(client, object)
-        .await?
-        .get_opt(name)
-        .await?
-        .is_some())
-}
 
 /// The ClusterRole's rules as (API group, resource, verb) triples.
 async fn cluster_role_rules(client: &kube::Client) -> Result<BTreeSet<(String, String, String)>> {
@@ -484,7 +388,7 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         assert!(notes.contains(line), "NOTES lack {line:?}:\n{notes}");
     }
     assert!(!notes.contains("WARNING"), "{notes}");
-    let installed = helm.manifest().await?;
+    let installed = helm.manifest(RELEASE, NAMESPACE).await?;
     let kinds: BTreeSet<String> = installed.iter().map(kind_name).collect();
     let mut expected_kinds: BTreeSet<String> = [
         "ServiceAccount",
@@ -773,7 +677,7 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         resources,
         ["--resource=v1/configmaps", "--resource=v1/services"]
     );
-    let upgraded = helm.manifest().await?;
+    let upgraded = helm.manifest(RELEASE, NAMESPACE).await?;
 
     // Uninstall: nothing of either revision is left, nor helm's own records.
     helm.run(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])
@@ -816,7 +720,7 @@ async fn create_one_of_each(client: &kube::Client) -> Result<()> {
     ];
     for object in objects {
         let object: DynamicObject = serde_json::from_value(object)?;
-        api_for(client, &object)
+        api_for(client, &object, NAMESPACE)
             .await?
             .create(&PostParams::default(), &object)
             .await?;
@@ -924,7 +828,7 @@ async fn every_chart_variant_is_valid_for_the_api_server() -> Result<()> {
             if kind.as_deref().is_some_and(|k| without_crds.contains(&k)) {
                 continue;
             }
-            api_for(&kube, &object)
+            api_for(&kube, &object, NAMESPACE)
                 .await?
                 .create(
                     &PostParams {

@@ -1,0 +1,78 @@
+//! `scripts/node-cluster`: starts the test cluster with a real node
+//! (tests/src/node.rs), imports kube-fanout's image, installs the Helm
+//! chart with its defaults and leaves everything running until Ctrl-C (or
+//! SIGTERM), printing how to reach it with kubectl and grpcurl.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use kube_fanout_tests::{
+    helm::Helm,
+    node::{CHART, Cluster, chart_image, kube_fanout_image},
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Run a cluster with a real node and kube-fanout's chart installed.
+#[derive(Parser)]
+struct Args {
+    /// Start the cluster and import the image, but do not install the chart.
+    #[arg(long)]
+    no_install: bool,
+    /// More `helm install` arguments, e.g. `--set replicaCount=3`.
+    #[arg(last = true)]
+    helm_args: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    eprintln!(
+        "building (first run: minutes) and starting kube-apiserver, etcd, kube-controller-manager, kube-scheduler, a kubelet on containerd and kube-proxy..."
+    );
+    let cluster = Cluster::start().await?;
+    let image = chart_image()?;
+    cluster
+        .import_image(kube_fanout_image()?, &image)
+        .await
+        .context("importing kube-fanout's image")?;
+    let kubeconfig = cluster.cp.kubeconfig.display().to_string();
+    let kubectl = cluster.kubectl.display().to_string();
+    if !args.no_install {
+        let helm = Helm::new(&cluster.cp)?;
+        let mut install = vec![
+            "install",
+            "kf",
+            CHART,
+            "--namespace",
+            "fanout",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "5m",
+        ];
+        install.extend(args.helm_args.iter().map(String::as_str));
+        eprintln!("helm {}", install.join(" "));
+        print!("{}", helm.run(&install).await?);
+    }
+    println!(
+        "\nThe cluster runs until Ctrl-C. Its files and logs: {dir}
+  export KUBECONFIG={kubeconfig}
+  alias kubectl={kubectl}
+  kubectl get nodes,pods -A -o wide
+  kubectl -n fanout logs deploy/kf-kube-fanout
+  kubectl -n fanout port-forward service/kf-kube-fanout 50051:50051 &
+  kubectl -n fanout get configmap kf-kube-fanout-ca -o jsonpath='{{.data.ca\\.crt}}' > ca.crt
+  TOKEN=$(kubectl create token default -n fanout --audience kube-fanout)
+  kubectl create clusterrolebinding explore --clusterrole=view --serviceaccount=fanout:default
+  $(bash tests/tools/install.sh grpcurl) -cacert ca.crt -servername kf-kube-fanout.fanout.svc \\
+    -H \"authorization: Bearer $TOKEN\" 127.0.0.1:50051 kubefanout.v1.KubeFanout/ListResources",
+        dir = cluster.dir().display(),
+    );
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("stopping the cluster");
+    drop(cluster);
+    Ok(())
+}
