@@ -131,7 +131,14 @@ impl Logs {
         use tracing_subscriber::layer::SubscriberExt;
         let logs = Logs::default();
         let subscriber = tracing_subscriber::registry().with(logs.clone());
-        (logs, tracing::subscriber::set_default(subscriber))
+        let guard = tracing::subscriber::set_default(subscriber);
+        // Callsite interest is global: a callsite another test thread
+        // registered while this subscriber was being set may keep the
+        // "never" it was given without it (seen in CI: the DEBUG line
+        // this test looks for went missing). Rebuilt now, it counts this
+        // subscriber too.
+        tracing::callsite::rebuild_interest_cache();
+        (logs, guard)
     }
 
     fn at(&self, level: tracing::Level) -> Vec<String> {
