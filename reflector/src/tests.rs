@@ -124,21 +124,41 @@ fn keys(store: &Store) -> Vec<String> {
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<(tracing::Level, String)>>>);
 
+std::thread_local! {
+    /// The capture of the test running on this thread, if it captures.
+    static CAPTURING: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Ends a thread's capture when dropped.
+struct Capturing;
+
+impl Drop for Capturing {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| c.borrow_mut().take());
+    }
+}
+
 impl Logs {
     /// Records every log line of this thread (paused-time tests run on one)
     /// until the guard drops.
-    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
-        use tracing_subscriber::layer::SubscriberExt;
+    ///
+    /// One global subscriber, set once, hands each line to the capture of
+    /// the thread it was logged on. A scoped subscriber per test
+    /// (`set_default`) was flaky: callsite interest is global, and a
+    /// callsite first hit by a parallel test thread could keep "never",
+    /// so the DEBUG line a test looked for went missing (twice in a
+    /// clean-clone run). With one global subscriber that enables
+    /// everything, every callsite is always enabled.
+    fn capture() -> (Self, Capturing) {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            use tracing_subscriber::layer::SubscriberExt;
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Router))
+                .expect("no other global subscriber in the reflector's tests");
+        });
         let logs = Logs::default();
-        let subscriber = tracing_subscriber::registry().with(logs.clone());
-        let guard = tracing::subscriber::set_default(subscriber);
-        // Callsite interest is global: a callsite another test thread
-        // registered while this subscriber was being set may keep the
-        // "never" it was given without it (seen in CI: the DEBUG line
-        // this test looks for went missing). Rebuilt now, it counts this
-        // subscriber too.
-        tracing::callsite::rebuild_interest_cache();
-        (logs, guard)
+        CAPTURING.with(|c| *c.borrow_mut() = Some(logs.clone()));
+        (logs, Capturing)
     }
 
     fn at(&self, level: tracing::Level) -> Vec<String> {
@@ -151,8 +171,14 @@ impl Logs {
     }
 }
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logs {
+/// The global subscriber's one layer: each line to its thread's capture.
+struct Router;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Router {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let Some(logs) = CAPTURING.with(|c| c.borrow().clone()) else {
+            return;
+        };
         struct Line(String);
         impl tracing::field::Visit for Line {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
@@ -162,7 +188,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logs {
         }
         let mut line = Line(String::new());
         event.record(&mut line);
-        self.0.lock().push((*event.metadata().level(), line.0));
+        logs.0.lock().push((*event.metadata().level(), line.0));
     }
 }
 
