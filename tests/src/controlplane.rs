@@ -78,17 +78,27 @@ pub fn binaries() -> Result<&'static Path> {
     if let Some(dir) = DIR.get() {
         return Ok(dir);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane/build.sh");
+    let dir = built_by(&Path::new(env!("CARGO_MANIFEST_DIR")).join("controlplane/build.sh"))?;
+    Ok(DIR.get_or_init(|| dir))
+}
+
+/// Runs a build script (its progress on stderr) and returns the path it
+/// prints last on stdout: where what it built is cached.
+pub(crate) fn built_by(script: &Path) -> Result<PathBuf> {
     let out = std::process::Command::new("bash")
-        .arg(&script)
+        .arg(script)
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
         bail!("{} failed ({})", script.display(), out.status);
     }
-    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
-    Ok(DIR.get_or_init(|| dir))
+    let stdout = String::from_utf8(out.stdout)?;
+    let path = stdout
+        .lines()
+        .last()
+        .with_context(|| format!("{} printed no path", script.display()))?;
+    Ok(PathBuf::from(path.trim()))
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.

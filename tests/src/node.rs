@@ -45,7 +45,7 @@ use tokio::process::Child;
 pub use self::cgroup::Cgroup;
 pub use self::forward::Forwarder;
 use crate::{
-    controlplane::{ControlPlane, Options, free_port, spawn},
+    controlplane::{ControlPlane, Options, built_by, free_port, spawn},
     eventually::{Look, eventually},
 };
 
@@ -87,19 +87,7 @@ pub fn binaries() -> Result<&'static Path> {
     if let Some(dir) = DIR.get() {
         return Ok(dir);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/build.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    ensure!(
-        out.status.success(),
-        "{} failed ({})",
-        script.display(),
-        out.status
-    );
-    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    let dir = built_by(&Path::new(env!("CARGO_MANIFEST_DIR")).join("node/build.sh"))?;
     Ok(DIR.get_or_init(|| dir))
 }
 
@@ -110,24 +98,7 @@ pub fn kube_fanout_image() -> Result<&'static Path> {
     if let Some(tarball) = TARBALL.get() {
         return Ok(tarball);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    ensure!(
-        out.status.success(),
-        "scripts/image failed ({})",
-        out.status
-    );
-    let stdout = String::from_utf8(out.stdout)?;
-    let tarball = PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .context("scripts/image printed no path")?,
-    );
+    let tarball = built_by(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image"))?;
     Ok(TARBALL.get_or_init(|| tarball))
 }
 
