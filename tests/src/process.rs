@@ -31,6 +31,8 @@ pub struct FanoutProcess {
     log: PathBuf,
     /// Where its gRPC server listens.
     pub addr: SocketAddr,
+    /// Where its metrics are served, when the test chose the address.
+    pub metrics_addr: Option<SocketAddr>,
     /// Where health is asked: `addr`, or a plaintext `--health-listen`.
     health_addr: SocketAddr,
 }
@@ -51,6 +53,7 @@ impl FanoutProcess {
             child,
             log,
             addr,
+            metrics_addr: None,
             health_addr: addr,
         })
     }
@@ -71,15 +74,17 @@ impl FanoutProcess {
         env: &[(&str, &str)],
     ) -> Result<Self> {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let mut command = Command::new(binary);
         command
             .envs(env.iter().copied())
             .args(args)
             .arg(format!("--listen={addr}"))
-            .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
+            .arg(format!("--metrics-listen={metrics_addr}"))
             .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
         let log = cp.dir().join(format!("kube-fanout-{}.log", addr.port()));
         let mut server = Self::spawn(command, addr, log)?;
+        server.metrics_addr = Some(metrics_addr);
         server.wait_serving(READINESS_SERVICE).await?;
         Ok(server)
     }
