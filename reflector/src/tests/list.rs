@@ -33,6 +33,13 @@ async fn the_first_list_is_at_rv_0_and_the_watch_starts_at_its_rv_with_bookmarks
         reflector.status.lock().last_sync_resource_version,
         Some(ResourceVersion(12))
     );
+    // The freshness gauge's timestamp: set by the list, the event and the
+    // bookmark (the wall clock, so only that it is recent is checked).
+    let at = reflector.status.lock().last_upstream_at.expect("set");
+    assert!(
+        at.elapsed().unwrap_or_default() < Duration::from_secs(60),
+        "{at:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
