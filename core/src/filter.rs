@@ -39,6 +39,10 @@ enum LabelRequirement {
     NotIn(String, Vec<String>),
     Exists(String),
     DoesNotExist(String),
+    /// `key>N`: the label's value, read as an integer, is above N.
+    GreaterThan(String, i64),
+    /// `key<N`: the label's value, read as an integer, is below N.
+    LessThan(String, i64),
 }
 
 impl LabelRequirement {
@@ -51,8 +55,18 @@ impl LabelRequirement {
             Self::NotIn(k, vs) => !value(k).is_some_and(|l| vs.iter().any(|v| v == l)),
             Self::Exists(k) => labels.contains_key(k),
             Self::DoesNotExist(k) => !labels.contains_key(k),
+            // As apimachinery: a missing label, or a value that is not an
+            // integer (strconv.ParseInt, base 10, 64 bits), does not match.
+            Self::GreaterThan(k, n) => integer(value(k)).is_some_and(|v| v > *n),
+            Self::LessThan(k, n) => integer(value(k)).is_some_and(|v| v < *n),
         }
     }
+}
+
+/// A label value read as an integer, as apimachinery's `strconv.ParseInt(v,
+/// 10, 64)` reads it (an optional sign, decimal digits, no spaces).
+fn integer(value: Option<&str>) -> Option<i64> {
+    value?.parse().ok()
 }
 
 /// One term of a field selector, its label resolved for the type.
@@ -129,7 +143,9 @@ impl Filter {
                 Some((key.as_str(), Some(std::slice::from_ref(value))))
             }
             LabelRequirement::In(key, values) => Some((key.as_str(), Some(values.as_slice()))),
-            LabelRequirement::Exists(key) => Some((key.as_str(), None)),
+            LabelRequirement::Exists(key)
+            | LabelRequirement::GreaterThan(key, _)
+            | LabelRequirement::LessThan(key, _) => Some((key.as_str(), None)),
             _ => None,
         })
     }
@@ -255,17 +271,29 @@ fn parse_label_requirement(req: &str) -> Result<LabelRequirement, String> {
             quote(req)
         ));
     }
-    for (op, negate) in [("!=", true), ("==", false), ("=", false)] {
+    for op in ["!=", "==", "=", ">", "<"] {
         if let Some((key, value)) = req.split_once(op) {
             let (key, value) = (check_key(key.trim())?, check_value(value.trim())?);
-            return Ok(if negate {
-                LabelRequirement::NotEquals(key, value)
-            } else {
-                LabelRequirement::Equals(key, value)
+            return Ok(match op {
+                "!=" => LabelRequirement::NotEquals(key, value),
+                ">" => LabelRequirement::GreaterThan(key, bound(&value)?),
+                "<" => LabelRequirement::LessThan(key, bound(&value)?),
+                _ => LabelRequirement::Equals(key, value),
             });
         }
     }
     Ok(LabelRequirement::Exists(check_key(req)?))
+}
+
+/// The integer a `>` or `<` compares with, which apimachinery requires to
+/// parse (an empty value does not).
+fn bound(value: &str) -> Result<i64, String> {
+    value.parse().map_err(|_| {
+        format!(
+            "{} is not an integer (the value of '>' and '<' must be one)",
+            quote(value)
+        )
+    })
 }
 
 fn parse_labels(selector: &str) -> Result<Vec<LabelRequirement>, String> {
@@ -493,6 +521,56 @@ mod tests {
         assert!(!matches(l, "!app"));
         assert!(matches(l, "example.com/x notin (a),tier=front"));
         assert!(matches(l, ""));
+    }
+
+    /// apimachinery's Gt and Lt: the label's value read as a 64-bit
+    /// integer, compared strictly; a missing label or a value that is not
+    /// an integer never matches, whatever the operator; spaces around the
+    /// operator are allowed.
+    #[test]
+    fn greater_and_less_than_compare_the_labels_integer_value() {
+        let l = r#"{"n":"5","z":"007","big":"9223372036854775807","word":"five","empty":""}"#;
+        assert!(matches(l, "n>4"));
+        assert!(!matches(l, "n>5"));
+        assert!(matches(l, "n<6"));
+        assert!(!matches(l, "n<5"));
+        assert!(matches(l, "n > 4 , n < 6"));
+        assert!(matches(l, "z>6"), "leading zeros are an integer");
+        assert!(matches(l, "z<008"));
+        assert!(matches(l, "big>9223372036854775806"));
+        for never in [
+            "missing>0",
+            "missing<0",
+            "word>0",
+            "word<0",
+            "empty>0",
+            "empty<0",
+        ] {
+            assert!(!matches(l, never), "{never}");
+        }
+        for bad in [
+            "n>",
+            "n<",
+            "n>x",
+            "n>-1",
+            "n>+1",
+            "n>1.5",
+            "n>99999999999999999999",
+        ] {
+            let err = Filter::new("", bad, "", &SelectableFields::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("not an integer") || err.contains("not a valid label value"),
+                "{bad}: {err}"
+            );
+        }
+        for bad in ["n>=1", "n<=1", "n>1>2", "!n>1", "n<>1"] {
+            assert!(
+                Filter::new("", bad, "", &SelectableFields::default()).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

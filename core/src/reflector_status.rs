@@ -3,6 +3,8 @@
 //! reflector so the registry of served types can hold it without depending
 //! on the reflector.
 
+use std::time::SystemTime;
+
 use tokio::time::Instant;
 
 use crate::object::ResourceVersion;
@@ -58,6 +60,11 @@ pub struct ReflectorStatus {
     pub failures: u64,
     /// The last RV the store was synced to.
     pub last_sync_resource_version: Option<ResourceVersion>,
+    /// When the upstream last sent something that moved the store (a
+    /// list, a watch-list, a watch event or a bookmark), by the wall clock:
+    /// an operator alerts on a type whose upstream has gone quiet for
+    /// longer than its bookmarks allow.
+    pub last_upstream_at: Option<SystemTime>,
     /// Times a watch-list went 10 s after its last event without the
     /// initial-events-end bookmark (each also logged as a warning).
     pub end_bookmark_warnings: u64,

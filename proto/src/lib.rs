@@ -34,8 +34,10 @@ pub const EXPIRED: &str = "Expired";
 /// the server has seen yet.
 pub const TOO_LARGE_RESOURCE_VERSION: &str = "TooLargeResourceVersion";
 
-/// The reason of a Watch refused because the server's cache of the type
-/// has not synced yet.
+/// The `ErrorInfo` reason of a Watch, List or Get ended UNAVAILABLE
+/// because the server's cache of the type did not sync within the wait
+/// the request allows (the freshness timeout): the status carries a
+/// `RetryInfo`, and the client retries after its delay.
 pub const NOT_SYNCED: &str = "NotSynced";
 
 /// The `ErrorInfo` reason of a Watch ended because the server is shutting

@@ -15,6 +15,15 @@ pub(crate) enum ReflectorError {
     /// A LIST answer that is not a list.
     #[error("could not decode the list: {0}")]
     DecodeList(#[source] serde_json::Error),
+    /// A LIST answer that is not a list of the type (a Table, say): an
+    /// error to back off on and retry, never an empty list.
+    #[error("the LIST answer is a {found}, not a list of the type ({expected})")]
+    UnexpectedList {
+        /// `apiVersion kind` expected.
+        expected: String,
+        /// `apiVersion kind` found.
+        found: String,
+    },
     /// A list or bookmark with an RV that is not a number.
     #[error(transparent)]
     ResourceVersion(#[from] ObjectError),

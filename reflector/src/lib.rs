@@ -211,9 +211,12 @@ impl Reflector {
         }
     }
 
-    /// Reports the RV of the last list, watch event or bookmark applied.
+    /// Reports the RV of the last list, watch event or bookmark applied,
+    /// and when it came.
     fn synced_to(&self, rv: ResourceVersion) {
-        self.status.lock().last_sync_resource_version = Some(rv);
+        let mut status = self.status.lock();
+        status.last_sync_resource_version = Some(rv);
+        status.last_upstream_at = Some(std::time::SystemTime::now());
     }
 
     /// A LIST or watch-list replaced the store: the watches that follow

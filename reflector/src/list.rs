@@ -9,13 +9,10 @@ use kube_fanout_core::{
     object::{Object, ResourceVersion},
     reflector_status::Phase,
 };
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tracing::{debug, info};
 
 use crate::{
     Reflector,
-    decode::Decoder,
     error::ReflectorError,
     state::{State, SyncPoint},
     trace::SyncTrace,
@@ -63,22 +60,6 @@ impl Paging {
             paging => paging,
         }
     }
-}
-
-#[derive(Deserialize)]
-struct ListMeta {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: String,
-    #[serde(default, rename = "continue")]
-    continue_token: String,
-}
-
-/// A LIST answer, its items left undecoded.
-#[derive(Deserialize)]
-pub(crate) struct RawList<'a> {
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    pub(crate) items: Vec<&'a RawValue>,
 }
 
 /// What a LIST got: the objects, the list's RV and how many requests it took.
@@ -157,7 +138,7 @@ impl Reflector {
                 Err(e) if e.is_expired() && !continue_token.is_empty() => {
                     debug!(error = %e, "a continue token expired; listing in one page");
                     let text = self.upstream.list(&[("resourceVersion", from)]).await?;
-                    let (objects, page) = decode_page(&self.decoder, &text)?;
+                    let (objects, page) = self.decoder.page(&text)?;
                     return Ok(Listed {
                         objects,
                         rv: page.resource_version.parse()?,
@@ -166,7 +147,7 @@ impl Reflector {
                 }
                 text => text?,
             };
-            let (page_objects, page) = decode_page(&self.decoder, &text)?;
+            let (page_objects, page) = self.decoder.page(&text)?;
             objects.extend(page_objects);
             if page.continue_token.is_empty() {
                 return Ok(Listed {
@@ -178,15 +159,4 @@ impl Reflector {
             continue_token = page.continue_token;
         }
     }
-}
-
-/// One LIST answer's objects (those the store can take) and metadata.
-fn decode_page(decoder: &Decoder, text: &str) -> Result<(Vec<Object>, ListMeta), ReflectorError> {
-    let page: RawList = serde_json::from_str(text).map_err(ReflectorError::DecodeList)?;
-    let objects = page
-        .items
-        .iter()
-        .filter_map(|raw| decoder.object(raw.get()))
-        .collect();
-    Ok((objects, page.metadata))
 }

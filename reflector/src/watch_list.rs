@@ -19,7 +19,6 @@ use tracing::{debug, info, warn};
 use crate::{
     Reflector,
     error::ReflectorError,
-    list::RawList,
     state::{State, SyncPoint},
     trace::SyncTrace,
     watch::{Applied, OpenWatch, Sink},
@@ -141,15 +140,13 @@ impl Reflector {
                 return;
             }
         };
-        let Ok(page) = serde_json::from_str::<RawList>(&text) else {
-            warn!("consistency check: the LIST is not a list");
-            return;
+        let listed = match self.decoder.page(&text) {
+            Ok((listed, _)) => listed,
+            Err(err) => {
+                warn!(error = %err, "consistency check: the LIST is not the type's list");
+                return;
+            }
         };
-        let listed: Vec<Object> = page
-            .items
-            .iter()
-            .filter_map(|raw| self.decoder.object(raw.get()))
-            .collect();
         let differences = differences(streamed, &listed);
         for difference in &differences {
             warn!(%rv, %difference, "consistency check: the watch-list differs from a LIST");

@@ -224,7 +224,8 @@ pub struct Config {
     pub max_lag_bytes: u64,
 
     /// How long a watch asking for a resourceVersion newer than the cache
-    /// waits for the cache to catch up, in milliseconds.
+    /// waits for the cache to catch up, and a Watch, List or Get on a type
+    /// not synced yet for its first sync, in milliseconds.
     #[arg(
         long,
         default_value_t = 3_000,

@@ -101,9 +101,19 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "kube_fanout_resource_version",
-        help: "The resourceVersion the cache is at.",
+        help: "The resourceVersion the cache is at: the last one the upstream sent (list, event or bookmark).",
         kind: MetricType::Gauge,
         value: |_, s, _| s.head.resource_version.0,
+    },
+    Family {
+        name: "kube_fanout_upstream_last_event_timestamp_seconds",
+        help: "When the upstream last sent a list, watch event or bookmark of the type (Unix seconds; 0 before the first). time() minus it: how long the type has heard nothing; the API server sends a watch a bookmark about every minute.",
+        kind: MetricType::Gauge,
+        value: |_, _, r| {
+            r.last_upstream_at
+                .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |since| since.as_secs())
+        },
     },
     Family {
         name: "kube_fanout_events",
@@ -465,6 +475,9 @@ mod tests {
         let reflector = Arc::new(Mutex::new(ReflectorStatus {
             watches: 2,
             failures: 1,
+            last_upstream_at: Some(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000),
+            ),
             ..ReflectorStatus::default()
         }));
         let mut cache = ServedTypes::default();
@@ -494,6 +507,7 @@ mod tests {
             r#"kube_fanout_unindexed_subscribers{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_subscriber_wakeups_total{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_resource_version{resource="v1/configmaps"} 6"#,
+            r#"kube_fanout_upstream_last_event_timestamp_seconds{resource="v1/configmaps"} 1700000000"#,
             r#"kube_fanout_events_total{resource="v1/configmaps"} 3"#,
             r#"kube_fanout_relists_total{resource="v1/configmaps"} 1"#,
             r#"kube_fanout_resync_gaps{resource="v1/configmaps"} 1"#,

@@ -4,6 +4,8 @@
 //! a `google.rpc.ErrorInfo` with a machine-readable reason and the
 //! resourceVersion to act on.
 
+use std::time::Duration;
+
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -83,6 +85,24 @@ fn with_reason(code: Code, message: String, reason: &str, rv: ResourceVersion) -
     )
 }
 
+/// How long a caller refused for a type not synced yet is told to wait:
+/// the API server's own Retry-After while its watch cache initialises
+/// starts at 1 s (KEP-4568).
+pub const NOT_SYNCED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// UNAVAILABLE for a type whose cache has not synced: ErrorInfo reason
+/// NotSynced, and a RetryInfo, as the API server answers 429 with
+/// Retry-After while its cache initialises.
+fn not_synced(message: String) -> Status {
+    let mut details = ErrorDetails::with_error_info(
+        kube_fanout_proto::NOT_SYNCED,
+        kube_fanout_proto::ERROR_DOMAIN,
+        std::collections::HashMap::<String, String>::new(),
+    );
+    details.set_retry_info(Some(NOT_SYNCED_RETRY_AFTER));
+    Status::with_error_details(Code::Unavailable, message, details)
+}
+
 impl From<RequestError> for Status {
     fn from(err: RequestError) -> Self {
         let message = err.to_string();
@@ -113,7 +133,7 @@ impl From<RequestError> for Status {
                     WatchError::Read(ReadError::TooLarge { current, .. }) => {
                         (Code::DeadlineExceeded, Some(current))
                     }
-                    WatchError::Read(ReadError::NotSynced) => (Code::Unavailable, None),
+                    WatchError::Read(ReadError::NotSynced) => return not_synced(message),
                     WatchError::ShuttingDown { resume_from }
                     | WatchError::ConnectionRetired { resume_from } => {
                         (Code::Unavailable, Some(resume_from))
@@ -207,6 +227,21 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn not_synced_is_unavailable_with_its_reason_and_a_retry_delay() {
+        let status: Status = RequestError::from(ReadError::NotSynced).into();
+        assert_eq!(status.code(), Code::Unavailable);
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "NotSynced");
+        let retry = status.get_details_retry_info().expect("RetryInfo");
+        assert_eq!(retry.retry_delay, Some(NOT_SYNCED_RETRY_AFTER));
+        assert!(
+            status.message().contains("not synced"),
+            "{}",
+            status.message()
+        );
     }
 
     #[test]

@@ -100,6 +100,18 @@ impl FanoutService {
             .ok_or_else(|| RequestError::UnknownResource(scope.gvr.clone()))
     }
 
+    /// Waits, bounded, for the type's first sync: a List or Get on a type
+    /// not synced yet is refused NotSynced (as the API server refuses one
+    /// while its watch cache initialises), never answered from the empty
+    /// store. A Watch waits the same way as it starts.
+    async fn synced(&self, scope: &Scope) -> Result<(), RequestError> {
+        let served = self.served(scope)?;
+        Ok(served
+            .store
+            .wait_synced(self.limits.freshness_timeout)
+            .await?)
+    }
+
     /// Starts a watch; `snapshot` (a per-caller permit) is given back once
     /// the initial events have been sent.
     fn start_watch(
@@ -298,6 +310,7 @@ impl KubeFanout for FanoutService {
             audited::list_options(r)
         })
         .await?;
+        self.synced(&scope).await?;
         // A List copies (a page of) the store like a snapshot does.
         let caller = Limiter::caller(request.extensions());
         let _snapshot = self.limiter.acquire(&caller, Held::Snapshot)?;
@@ -316,6 +329,7 @@ impl KubeFanout for FanoutService {
             audited::get_options(r)
         })
         .await?;
+        self.synced(&scope).await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -364,6 +378,7 @@ mod tests {
     use kube_fanout_core::{event::EventKind, object::ResourceVersion, store::Store};
 
     use crate::list_budget::ListBytesLimits;
+    use tonic_types::StatusExt;
 
     fn service(store: Arc<Store>) -> FanoutService {
         let mut cache = ServedTypes::default();
@@ -384,6 +399,51 @@ mod tests {
             allow_bookmarks: true,
             ..Default::default()
         }
+    }
+
+    /// A Watch, List and Get on a type not synced yet wait for the first
+    /// sync, bounded, then answer UNAVAILABLE with reason NotSynced and a
+    /// RetryInfo; never an empty list or NotFound from the empty store.
+    #[tokio::test(start_paused = true)]
+    async fn watch_list_and_get_on_an_unsynced_type_end_not_synced_after_the_bound() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        let service = service(store);
+        let resource = request("", "", false).resource;
+        let bound = Limits::default().freshness_timeout;
+        let not_synced = |status: Status| {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            let info = status.get_details_error_info().expect("ErrorInfo");
+            assert_eq!(info.reason, kube_fanout_proto::NOT_SYNCED);
+            assert!(status.get_details_retry_info().is_some(), "{status:?}");
+        };
+        let started = tokio::time::Instant::now();
+        let list = KubeFanout::list(
+            &service,
+            Request::new(ListRequest {
+                resource: resource.clone(),
+                ..Default::default()
+            }),
+        )
+        .await;
+        not_synced(list.unwrap_err());
+        assert_eq!(started.elapsed(), bound);
+        let get = KubeFanout::get(
+            &service,
+            Request::new(GetRequest {
+                resource,
+                namespace: "ns".into(),
+                name: "a".into(),
+                metadata_only: false,
+            }),
+        )
+        .await;
+        not_synced(get.unwrap_err());
+        let mut watch = KubeFanout::watch(&service, Request::new(request("", "", true)))
+            .await
+            .unwrap()
+            .into_inner();
+        not_synced(watch.next().await.unwrap().map(|_| ()).unwrap_err());
+        assert_eq!(started.elapsed(), 3 * bound);
     }
 
     /// What the server does when it stops: every open watch of every

@@ -198,9 +198,17 @@ type WatchRequest struct {
 	Resource *ResourceRef           `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
 	// Empty means every namespace.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Kubernetes label selector syntax.
+	// Kubernetes label selector syntax, as the API server parses it: key=v,
+	// key==v, key!=v, key in (v1,v2), key notin (v1,v2), key, !key, and
+	// key>N / key<N (the label's value read as an integer; a missing label or
+	// a value that is not an integer does not match). At most 4096 bytes and
+	// 100 terms.
 	LabelSelector string `protobuf:"bytes,3,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
-	// Kubernetes field selector syntax (metadata.name, metadata.namespace).
+	// Kubernetes field selector syntax, with the fields the API server
+	// supports for the type: metadata.name and metadata.namespace for every
+	// type, and each built-in type's own (a pod's spec.nodeName, status.phase,
+	// ...; a CRD's selectableFields). = / == / != only. At most 4096 bytes
+	// and 100 terms.
 	FieldSelector string `protobuf:"bytes,4,opt,name=field_selector,json=fieldSelector,proto3" json:"field_selector,omitempty"`
 	// Empty or "0": start from the current state. Otherwise the
 	// resourceVersion to start after (or, with send_initial_events, the
@@ -315,9 +323,16 @@ type WatchEvent struct {
 	// The object as JSON, as the API server sent it (minus
 	// metadata.managedFields), or its PartialObjectMetadata (metadata_only).
 	// A BOOKMARK carries only apiVersion, kind and metadata.resourceVersion
-	// (and the initial-events-end annotation). In a re-sync unit the objects
-	// keep their own metadata.resourceVersion (a DELETED's is that of the
-	// state it removes); the unit's is resource_version.
+	// (and the initial-events-end annotation). A DELETED for an object that
+	// left the subscriber's filter shows its last matching state with
+	// metadata.resourceVersion set to this event's resource_version, as the
+	// API server's watch does (live: the change's; in a re-sync unit: the
+	// unit's, L). A DELETED for an object deleted upstream is the deleted
+	// object as the API server sent it, or, in a re-sync unit, the last state
+	// the server held, with its own metadata.resourceVersion (the deletion
+	// happened somewhere in the lost history). Other objects in a re-sync
+	// unit keep their own metadata.resourceVersion. Take resume points from
+	// resource_version, not from the objects.
 	Object string `protobuf:"bytes,3,opt,name=object,proto3" json:"object,omitempty"`
 	// Part of a re-sync unit (see Watch): ADDED, MODIFIED or DELETED events
 	// with resync=true are applied together when the BOOKMARK with

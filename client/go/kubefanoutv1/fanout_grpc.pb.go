@@ -74,6 +74,13 @@ type KubeFanoutClient interface {
 	// the history, or the resourceVersion lies inside a re-sync gap it cannot
 	// replay exactly. Then take a new snapshot.
 	//
+	// Not synced. A Watch, List or Get on a type whose cache has not synced
+	// yet (the server's first list of it has not finished) waits for it up
+	// to the server's freshness timeout (3 s by default), then fails with
+	// UNAVAILABLE, ErrorInfo reason "NotSynced" and a RetryInfo: retry after
+	// its delay. (The API server answers 429 with Retry-After while its watch
+	// cache initialises.)
+	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
 	// another replica) or retires the connection at its maximum age
@@ -190,6 +197,13 @@ type KubeFanoutServer interface {
 	// OUT_OF_RANGE, ErrorInfo reason "Expired": the replica no longer holds
 	// the history, or the resourceVersion lies inside a re-sync gap it cannot
 	// replay exactly. Then take a new snapshot.
+	//
+	// Not synced. A Watch, List or Get on a type whose cache has not synced
+	// yet (the server's first list of it has not finished) waits for it up
+	// to the server's freshness timeout (3 s by default), then fails with
+	// UNAVAILABLE, ErrorInfo reason "NotSynced" and a RetryInfo: retry after
+	// its delay. (The API server answers 429 with Retry-After while its watch
+	// cache initialises.)
 	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on

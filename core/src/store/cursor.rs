@@ -38,8 +38,9 @@ pub enum ReadError {
         /// Where the store is.
         current: ResourceVersion,
     },
-    /// The store has not finished its first list.
-    #[error("the cache has not synced yet")]
+    /// The store has not finished its first list (within the wait a
+    /// request allows for it).
+    #[error("the cache of this type has not synced with its upstream yet; retry later")]
     NotSynced,
 }
 

@@ -86,7 +86,10 @@ use std::sync::{
 
 use dashmap::DashMap;
 use parking_lot::Mutex;
-use tokio::{sync::watch, time::Instant};
+use tokio::{
+    sync::watch,
+    time::{Duration, Instant},
+};
 
 pub use self::{
     cursor::ReadError,
@@ -378,6 +381,19 @@ impl Store {
     /// Whether [`Store::close_subscribers`] was called.
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
+    }
+
+    /// Waits until the store has synced (or is closing), for at most
+    /// `timeout`: a request on a type not synced yet is answered within the
+    /// bound, never held open until an upstream that may never answer
+    /// does. On time-out [`ReadError::NotSynced`].
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), ReadError> {
+        let mut head = self.subscribe();
+        let synced = head.wait_for(|h| h.synced || self.is_closing());
+        match tokio::time::timeout(timeout, synced).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ReadError::NotSynced),
+        }
     }
 
     /// Where the store is now.

@@ -215,6 +215,56 @@ mod tests {
         );
     }
 
+    /// In a re-sync unit at L, an object that left the filter is DELETED
+    /// with its last matching state at L (the rule the API server's watch
+    /// follows for a DELETED: the event's resourceVersion), and one deleted
+    /// upstream keeps the resourceVersion of the state it removes, its
+    /// deletion's being lost with the history: what the proto and README
+    /// say.
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_deleted_for_leaving_is_at_l_and_one_for_a_deletion_keeps_its_rv() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![
+                object("a", 1, r#"{"app":"x"}"#),
+                object("b", 2, r#"{"app":"x"}"#),
+            ],
+            ResourceVersion(2),
+        );
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("app=x", Start::At(ResourceVersion(2)), false),
+            Limits::default(),
+        ));
+        store.replace(vec![object("a", 5, r#"{"app":"y"}"#)], ResourceVersion(9));
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let d = stream.next().await.unwrap().unwrap();
+            assert_eq!(
+                (d.kind, d.resource_version, d.resync),
+                (EventKind::Deleted, ResourceVersion(9), true)
+            );
+            let shown: serde_json::Value = serde_json::from_str(&d.object).unwrap();
+            assert_eq!(shown["metadata"]["labels"]["app"], "x", "{shown}");
+            seen.insert(
+                shown["metadata"]["name"].as_str().unwrap().to_owned(),
+                shown["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        assert_eq!(
+            seen,
+            [("a".to_owned(), "9".to_owned()), ("b".into(), "2".into())].into()
+        );
+        let close = stream.next().await.unwrap().unwrap();
+        assert_eq!(
+            (close.kind, close.resource_version, close.resync),
+            (EventKind::Bookmark, ResourceVersion(9), true)
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_end_bookmark_carries_the_annotation_and_the_snapshot_rv() {
         let store = Arc::new(Store::new(configmaps(), 100));

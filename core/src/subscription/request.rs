@@ -57,7 +57,8 @@ pub struct WatchSpec {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// How long a request for a resourceVersion newer than the store's may
-    /// wait for the store to catch up.
+    /// wait for the store to catch up, and a Watch, List or Get on a type
+    /// not synced yet for its first sync.
     pub freshness_timeout: Duration,
     /// A subscriber with bookmarks on that was sent nothing for this long
     /// gets a progress bookmark, so a filtered watch's RV stays fresh.

@@ -167,16 +167,16 @@ async fn start(cx: &mut Context) -> Result<Begin, WatchError> {
         resume_from: ResourceVersion::default(),
     };
     let store = &cx.store;
-    wait_for(&mut cx.head, |h| h.synced || store.is_closing(), None)
-        .await
-        .map_err(|_| WatchError::from(ReadError::NotSynced))?;
+    // Not synced yet (the reflector's first list has not finished): wait,
+    // bounded like a wait for a newer resourceVersion, then NotSynced.
+    store.wait_synced(cx.limits.freshness_timeout).await?;
     if store.is_closing() {
         return Err(shutting_down);
     }
     // A resume point or minimum freshness the store has not reached
     // yet: wait for it, bounded.
     if let Start::At(rv) = cx.spec.start {
-        let timeout = Some(cx.limits.freshness_timeout);
+        let timeout = cx.limits.freshness_timeout;
         let reached = |h: &Head| h.resource_version >= rv || store.is_closing();
         wait_for(&mut cx.head, reached, timeout)
             .await
@@ -201,15 +201,10 @@ async fn start(cx: &mut Context) -> Result<Begin, WatchError> {
 async fn wait_for(
     head: &mut watch::Receiver<Head>,
     ready: impl Fn(&Head) -> bool,
-    timeout: Option<Duration>,
+    timeout: Duration,
 ) -> Result<(), ResourceVersion> {
-    let reached = {
-        let wait = head.wait_for(|h| ready(h));
-        match timeout {
-            Some(t) => matches!(tokio::time::timeout(t, wait).await, Ok(Ok(_))),
-            None => wait.await.is_ok(),
-        }
-    };
+    let wait = head.wait_for(|h| ready(h));
+    let reached = matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)));
     if reached {
         Ok(())
     } else {
@@ -281,6 +276,41 @@ mod tests {
         let mut failed = on(Start::At(ResourceVersion(9)), true);
         assert!(failed.next().await.unwrap().is_err());
         assert_eq!(held(), 0, "released when the start fails");
+    }
+
+    /// A watch on a type not synced yet waits for the first sync, bounded
+    /// like a wait for a newer resourceVersion; past the bound it fails
+    /// NotSynced (the API server answers 429 at once while its cache
+    /// initialises). One whose store syncs within the bound starts.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_on_an_unsynced_store_waits_bounded_then_fails_not_synced() {
+        let store = Arc::new(Store::new(configmaps(), 4));
+        let bound = Limits::default().freshness_timeout;
+        let started = tokio::time::Instant::now();
+        let mut never = Box::pin(watch(
+            store.clone(),
+            spec("", Start::Latest, true),
+            Limits::default(),
+        ));
+        assert_eq!(
+            never.next().await.unwrap(),
+            Err(WatchError::Read(ReadError::NotSynced))
+        );
+        assert_eq!(started.elapsed(), bound);
+
+        let mut synced = Box::pin(watch(
+            store.clone(),
+            spec("", Start::Latest, true),
+            Limits::default(),
+        ));
+        let first = tokio::spawn(async move { synced.next().await.unwrap() });
+        tokio::time::sleep(bound / 2).await;
+        store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
+        let first = first.await.unwrap().unwrap();
+        assert_eq!(
+            (first.kind, first.resource_version.0),
+            (EventKind::Added, 3)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,6 +33,13 @@ async fn the_first_list_is_at_rv_0_and_the_watch_starts_at_its_rv_with_bookmarks
         reflector.status.lock().last_sync_resource_version,
         Some(ResourceVersion(12))
     );
+    // The freshness gauge's timestamp: set by the list, the event and the
+    // bookmark (the wall clock, so only that it is recent is checked).
+    let at = reflector.status.lock().last_upstream_at.expect("set");
+    assert!(
+        at.elapsed().unwrap_or_default() < Duration::from_secs(60),
+        "{at:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -301,4 +308,51 @@ async fn a_one_page_answer_to_rv_0_keeps_later_relists_unpaged() {
     assert_eq!(query.get("limit"), None, "served by the watch cache");
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
     assert_eq!(run.await.unwrap().paging, Paging::WatchCache);
+}
+
+/// A LIST answered as a `meta.k8s.io/v1` Table (what a server sends when
+/// asked for `as=Table`) has no `items`: read as a list it would be empty
+/// and the relist would delete every object. Like client-go, the reflector
+/// refuses it, backs off and lists again; the store keeps its objects.
+#[tokio::test(start_paused = true)]
+async fn a_table_answer_to_a_list_is_an_error_to_back_off_on_never_an_empty_list() {
+    let (mut reflector, store, mut handle) = setup(list_watch());
+    let run = tokio::spawn(async move {
+        let watch = reflector.step(State::List(SyncPoint::Start)).await;
+        let refused = reflector.step(relist(watch)).await;
+        (reflector, refused)
+    });
+    let (_, send) = next(&mut handle).await;
+    send.send_response(full(200, list(10, &[cm("a", 5), cm("b", 6)], "")));
+    let (_, send) = next(&mut handle).await;
+    let table = r#"{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"20"},"columnDefinitions":[],"rows":[]}"#;
+    send.send_response(full(200, table.into()));
+    let (mut reflector, refused) = run.await.unwrap();
+    assert!(
+        relists(&refused),
+        "backs off, then lists again: {refused:?}"
+    );
+    assert_eq!(keys(&store), ["ns/a", "ns/b"], "nothing was deleted");
+    assert_eq!(store.head().resource_version, ResourceVersion(10));
+    let error = reflector.status.lock().last_error.clone().unwrap();
+    assert!(
+        error.contains("meta.k8s.io/v1 Table") && error.contains("v1 ConfigMapList"),
+        "{error}"
+    );
+    // A list of another apiVersion, without a kind or without items is
+    // refused the same way.
+    for other in [
+        r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"20"},"items":[]}"#,
+        r#"{"metadata":{"resourceVersion":"20"},"items":[]}"#,
+        r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20"}}"#,
+    ] {
+        let step = reflector.step(relist(State::Watch(ResourceVersion(10))));
+        let answer = async {
+            let (_, send) = next(&mut handle).await;
+            send.send_response(full(200, other.into()));
+        };
+        let refused = tokio::join!(step, answer).0;
+        assert!(relists(&refused), "{other}: {refused:?}");
+    }
+    assert_eq!(keys(&store), ["ns/a", "ns/b"]);
 }
