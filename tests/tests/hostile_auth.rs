@@ -420,7 +420,11 @@ const FLOOD_P99_SLACK: Duration = Duration::from_millis(25);
 /// Fails if the subscriber's p99 under a flood is beyond the larger of the
 /// two floodless phases' p99 plus [`FLOOD_P99_SLACK`].
 fn p99_within_noise(phase: &str, flood: &Delays, quiet: [&Delays; 2]) -> Result<()> {
-    let quiet_p99 = quiet.iter().map(|d| d.quantile(0.99)).max().unwrap_or_default();
+    let quiet_p99 = quiet
+        .iter()
+        .map(|d| d.quantile(0.99))
+        .max()
+        .unwrap_or_default();
     let p99 = flood.quantile(0.99);
     ensure!(
         p99 <= quiet_p99 + FLOOD_P99_SLACK,
@@ -446,9 +450,18 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
         "--metrics-auth=none".to_owned(),
         format!("--auth-token-review-rate={}", bounds.total.rate),
         format!("--auth-token-review-burst={}", bounds.total.burst),
-        format!("--auth-token-review-concurrency={}", bounds.total.concurrency),
-        format!("--auth-token-review-rate-per-source={}", bounds.per_source.rate),
-        format!("--auth-token-review-burst-per-source={}", bounds.per_source.burst),
+        format!(
+            "--auth-token-review-concurrency={}",
+            bounds.total.concurrency
+        ),
+        format!(
+            "--auth-token-review-rate-per-source={}",
+            bounds.per_source.rate
+        ),
+        format!(
+            "--auth-token-review-burst-per-source={}",
+            bounds.per_source.burst
+        ),
         format!(
             "--auth-token-review-concurrency-per-source={}",
             bounds.per_source.concurrency
@@ -487,13 +500,7 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     // A new caller from another address is not held up by that flood.
     let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
     let throttled = counter(metrics, THROTTLED_BY_SOURCE).await?;
-    let flooding = ATTACKER.spawn(flood(
-        addr,
-        loopback,
-        8,
-        Duration::from_secs(3),
-        Pace::Flat,
-    ));
+    let flooding = ATTACKER.spawn(flood(addr, loopback, 8, Duration::from_secs(3), Pace::Flat));
     // Once its source's bound throttles it, the flood is in full swing.
     eventually("the flood from 127.0.0.1 throttled by its source's bound")
         .within(Duration::from_secs(3))
