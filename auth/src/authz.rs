@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::{
     Attributes, AuthError, Identity,
+    audit::{AuditLog, Decision, RequestAudit, Target},
     cache::TtlCache,
     counters::{AccessOutcome, AuthCounters, Check},
     reviews::{AccessReviewer, AccessVerdict, NonResourceAttributes, NonResourceReviewer},
@@ -44,6 +45,7 @@ pub struct Authorizer {
     ttl: DecisionCacheTtl,
     cache: TtlCache<(Identity, Attributes), AccessVerdict>,
     counters: AuthCounters,
+    audit: AuditLog,
 }
 
 impl Authorizer {
@@ -59,25 +61,41 @@ impl Authorizer {
             ttl,
             cache: TtlCache::new(CACHE_CAPACITY),
             counters,
+            audit: AuditLog::off(),
         }
     }
 
+    /// Logs every review it makes to `audit`.
+    pub fn with_audit(self, audit: AuditLog) -> Self {
+        Authorizer { audit, ..self }
+    }
+
+    /// The audit log its reviews go to.
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
     /// Ok, with the instant the permission must be checked again, if
-    /// `identity` may do `attributes`.
+    /// `identity` may do `attributes`. A review made for it (not a cached
+    /// answer) is logged as `request`'s decision, if the audit log is on.
     pub async fn authorize(
         &self,
         identity: &Identity,
         attributes: &Attributes,
+        request: Option<&RequestAudit>,
     ) -> Result<Instant, AuthError> {
         self.counters.checked(Check::Access);
         let key = (identity.clone(), attributes.clone());
         let (verdict, expires) = self
             .cache
             .get_or_fetch(&key, |_| async {
-                let verdict = self
-                    .reviewer
-                    .review_access(identity, attributes)
-                    .await
+                let reviewed = self.reviewer.review_access(identity, attributes).await;
+                if let Some(request) = request {
+                    let target = Target::Resource(attributes);
+                    self.audit
+                        .decision(request, identity, target, decision_of(&reviewed));
+                }
+                let verdict = reviewed
                     .inspect_err(|_| self.counters.access_reviewed(AccessOutcome::Failed))?;
                 self.counters.access_reviewed(if verdict.allowed {
                     AccessOutcome::Allowed
@@ -100,6 +118,15 @@ impl Authorizer {
     }
 }
 
+/// The audit log's view of a review's outcome.
+fn decision_of(reviewed: &Result<AccessVerdict, AuthError>) -> Decision<'_> {
+    match reviewed {
+        Ok(verdict) if verdict.allowed => Decision::Allow(&verdict.reason),
+        Ok(verdict) => Decision::Deny(&verdict.reason),
+        Err(err) => Decision::Error(err),
+    }
+}
+
 /// Most non-resource decisions cached at once: one per identity that
 /// scrapes (the paths are kube-fanout's own, a handful).
 const NON_RESOURCE_CACHE_CAPACITY: u64 = 4_096;
@@ -111,6 +138,7 @@ pub struct NonResourceAuthorizer {
     reviewer: Arc<dyn NonResourceReviewer>,
     ttl: DecisionCacheTtl,
     cache: TtlCache<(Identity, NonResourceAttributes), AccessVerdict>,
+    audit: AuditLog,
 }
 
 impl NonResourceAuthorizer {
@@ -120,10 +148,18 @@ impl NonResourceAuthorizer {
             reviewer,
             ttl,
             cache: TtlCache::new(NON_RESOURCE_CACHE_CAPACITY),
+            audit: AuditLog::off(),
         }
     }
 
-    /// Ok if `identity` may do `attributes`.
+    /// Logs every review it makes to `audit` (without a source address:
+    /// the metrics listener does not pass it on).
+    pub fn with_audit(self, audit: AuditLog) -> Self {
+        NonResourceAuthorizer { audit, ..self }
+    }
+
+    /// Ok if `identity` may do `attributes`; a review made for it is
+    /// logged.
     pub async fn authorize(
         &self,
         identity: &Identity,
@@ -133,10 +169,16 @@ impl NonResourceAuthorizer {
         let (verdict, _) = self
             .cache
             .get_or_fetch(&key, |_| async {
-                let verdict = self
+                let reviewed = self
                     .reviewer
                     .review_non_resource(identity, &attributes)
-                    .await?;
+                    .await;
+                if let Some(request) = self.audit.request(None, Default::default) {
+                    let target = Target::NonResource(&attributes);
+                    self.audit
+                        .decision(&request, identity, target, decision_of(&reviewed));
+                }
+                let verdict = reviewed?;
                 let ttl = self.ttl.of(&verdict);
                 Ok::<_, AuthError>((verdict, ttl))
             })
@@ -156,7 +198,7 @@ impl NonResourceAuthorizer {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
+    use std::{num::NonZeroU32, sync::atomic::Ordering};
 
     use futures::StreamExt;
     use tonic::{Code, Status};
@@ -164,6 +206,7 @@ mod tests {
     use super::*;
     use crate::{
         Access,
+        audit::AuditLevel,
         fakes::{self, ALLOW_TTL, Accesses as Fake, watch_configmaps},
     };
 
@@ -185,7 +228,7 @@ mod tests {
         let fake = Arc::new(Fake::default());
         let access = access(fake.clone());
         let grant = access
-            .authorize(&alice(), watch_configmaps())
+            .authorize(&alice(), watch_configmaps(), Default::default)
             .await
             .unwrap();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<u32, Status>>();
@@ -229,11 +272,78 @@ mod tests {
         assert!(watch.next().await.is_none());
     }
 
+    /// One line per review made, whatever it answered; none for an answer
+    /// from the cache, however many requests share it.
+    #[tokio::test(start_paused = true)]
+    async fn each_review_made_is_one_audit_line_and_a_cached_answer_none() {
+        let fake = Arc::new(Fake::default());
+        let (log, writer) = AuditLog::new(AuditLevel::Metadata, NonZeroU32::new(100).unwrap());
+        let (access, _) = fakes::audited(
+            Arc::default(),
+            fake.clone(),
+            fakes::TOKEN_TTL,
+            ALLOW_TTL,
+            log.clone(),
+        );
+        let alice = alice();
+        let authorize = || access.authorize(&alice, watch_configmaps(), Default::default);
+        let at_once = futures::future::join_all((0..50).map(|_| authorize())).await;
+        assert!(at_once.iter().all(Result::is_ok));
+        for _ in 0..50 {
+            authorize().await.unwrap();
+        }
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+
+        fake.revoked.store(true, Ordering::SeqCst);
+        tokio::time::advance(ALLOW_TTL).await;
+        for _ in 0..3 {
+            let err = authorize().await.unwrap_err();
+            assert!(matches!(err, AuthError::Denied { .. }), "{err}");
+        }
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 2, "the denial cached");
+
+        // Failures are not cached (fail closed): each is reviewed, and
+        // each review logged.
+        fake.down.store(true, Ordering::SeqCst);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        for _ in 0..2 {
+            let err = authorize().await.unwrap_err();
+            assert!(matches!(err, AuthError::Unavailable { .. }), "{err}");
+        }
+        assert_eq!(fake.calls.load(Ordering::SeqCst), 4);
+
+        // The grants hold the authorizer, and with it the log.
+        drop((at_once, access));
+        let lines = fakes::audit_lines(log, writer).await;
+        let decisions: Vec<_> = lines
+            .iter()
+            .map(|l| (l["decision"].as_str(), l["reason"].as_str()))
+            .collect();
+        let down = "cannot verify the request: SubjectAccessReview failed: connection refused";
+        assert_eq!(
+            decisions,
+            [
+                (Some("allow"), Some("granted")),
+                (Some("deny"), Some("revoked")),
+                (Some("error"), Some(down)),
+                (Some("error"), Some(down)),
+            ]
+        );
+        // Each request its own ID.
+        let ids: std::collections::BTreeSet<_> =
+            lines.iter().map(|l| l["auditID"].as_str()).collect();
+        assert_eq!(ids.len(), 4);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn without_an_identity_nothing_is_allowed() {
         let fake = Arc::new(Fake::default());
         let err = access(fake.clone())
-            .authorize(&http::Extensions::new(), watch_configmaps())
+            .authorize(
+                &http::Extensions::new(),
+                watch_configmaps(),
+                Default::default,
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, AuthError::MissingCredentials), "{err}");

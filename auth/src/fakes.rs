@@ -55,13 +55,15 @@ pub fn alice() -> Identity {
     }
 }
 
-/// Allows every access until revoked.
+/// Allows every access until revoked; fails every review while down.
 #[derive(Debug, Default)]
 pub struct Accesses {
     /// Reviews made.
     pub calls: AtomicU32,
     /// Nothing is allowed any more.
     pub revoked: AtomicBool,
+    /// The API server cannot be reached.
+    pub down: AtomicBool,
 }
 
 impl AccessReviewer for Accesses {
@@ -72,9 +74,16 @@ impl AccessReviewer for Accesses {
     ) -> BoxFuture<'a, Result<AccessVerdict, AuthError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.down.load(Ordering::SeqCst) {
+                return Err(AuthError::Unavailable {
+                    review: "SubjectAccessReview",
+                    message: "connection refused".into(),
+                });
+            }
+            let allowed = !self.revoked.load(Ordering::SeqCst);
             Ok(AccessVerdict {
-                allowed: !self.revoked.load(Ordering::SeqCst),
-                reason: String::new(),
+                allowed,
+                reason: if allowed { "granted" } else { "revoked" }.into(),
             })
         })
     }
@@ -102,6 +111,17 @@ pub fn checked_with(
     token_ttl: std::time::Duration,
     allow_ttl: std::time::Duration,
 ) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+    audited(tokens, accesses, token_ttl, allow_ttl, Default::default())
+}
+
+/// [`checked_with`], every review logged to `audit`.
+pub fn audited(
+    tokens: std::sync::Arc<Tokens>,
+    accesses: std::sync::Arc<Accesses>,
+    token_ttl: std::time::Duration,
+    allow_ttl: std::time::Duration,
+    audit: super::audit::AuditLog,
+) -> (super::Access, std::sync::Arc<super::Authenticator>) {
     use std::{sync::Arc, time::Duration};
     let authenticator = Arc::new(super::Authenticator::new(
         tokens,
@@ -112,14 +132,17 @@ pub fn checked_with(
         },
         super::budget::ReviewBudget::new(super::budget::ReviewLimits::default()),
     ));
-    let authorizer = Arc::new(super::Authorizer::new(
-        accesses,
-        super::authz::DecisionCacheTtl {
-            allowed: allow_ttl,
-            denied: Duration::from_secs(5),
-        },
-        authenticator.counters().clone(),
-    ));
+    let authorizer = Arc::new(
+        super::Authorizer::new(
+            accesses,
+            super::authz::DecisionCacheTtl {
+                allowed: allow_ttl,
+                denied: Duration::from_secs(5),
+            },
+            authenticator.counters().clone(),
+        )
+        .with_audit(audit),
+    );
     (
         super::Access::checked(authorizer, authenticator.clone()),
         authenticator,
@@ -136,4 +159,20 @@ pub fn watch_configmaps() -> Attributes {
         namespace: "a".into(),
         name: String::new(),
     }
+}
+
+/// Every line `log` (dropped here, with every clone of it) wrote through
+/// `writer`, parsed.
+pub async fn audit_lines(
+    log: super::audit::AuditLog,
+    writer: super::audit::AuditWriter,
+) -> Vec<serde_json::Value> {
+    drop(log);
+    let mut out = Vec::new();
+    writer.run(&mut out, std::future::pending()).await;
+    String::from_utf8(out)
+        .expect("UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
 }

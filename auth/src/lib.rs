@@ -21,6 +21,7 @@
 //! listener (each connection's [`kube_fanout_listener::conn::ConnInfo`]);
 //! the gRPC service and the server wiring sit on it.
 
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod budget;
@@ -46,6 +47,7 @@ use std::{
 };
 
 use futures::{Stream, future::BoxFuture};
+use kube_fanout_listener::conn::ConnInfo;
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -306,12 +308,15 @@ impl Access {
         }
     }
 
-    /// Authorizes a request whose extensions carry the caller's identity.
-    /// The one place a request is let through.
+    /// Authorizes a request whose extensions carry the caller's identity
+    /// (and its connection's address, for the audit log, which is given
+    /// `options` at its `Request` level). The one place a request is let
+    /// through.
     pub async fn authorize(
         &self,
         extensions: &http::Extensions,
         attributes: Attributes,
+        options: impl FnOnce() -> audit::RequestOptions,
     ) -> Result<Grant, AuthError> {
         let Some(checked) = &self.checked else {
             return Ok(Grant::default());
@@ -320,7 +325,15 @@ impl Access {
         let identity = extensions
             .get::<Identity>()
             .ok_or(AuthError::MissingCredentials)?;
-        let expires = checked.authorizer.authorize(identity, &attributes).await?;
+        let source = extensions
+            .get::<ConnInfo>()
+            .and_then(|c| c.remote_addr)
+            .map(|a| a.ip());
+        let audit = checked.authorizer.audit().request(source, options);
+        let expires = checked
+            .authorizer
+            .authorize(identity, &attributes, audit.as_ref())
+            .await?;
         let credential = extensions.get::<Presented>().cloned();
         Ok(Grant {
             recheck: Some(Recheck {
@@ -330,6 +343,7 @@ impl Access {
                 expires,
                 credential,
                 checked_at: Instant::now(),
+                audit,
             }),
         })
     }
@@ -352,6 +366,8 @@ struct Recheck {
     credential: Option<Presented>,
     /// When the last check was made.
     checked_at: Instant,
+    /// The request's audit context, with the audit log on.
+    audit: Option<audit::RequestAudit>,
 }
 
 /// The least time between two re-checks of an open watch.
@@ -363,6 +379,7 @@ impl Recheck {
     /// per token per token TTL, shared with new requests, whatever the
     /// event rate), until an answer is no or cannot be had.
     async fn until_refused(mut self) -> AuthError {
+        let audit = self.audit.as_ref().map(audit::RequestAudit::recheck);
         loop {
             let credential_due = self.credential.as_ref().map(|c| c.expires);
             let due = credential_due.map_or(self.expires, |c| c.min(self.expires));
@@ -394,7 +411,7 @@ impl Recheck {
                 match self
                     .checked
                     .authorizer
-                    .authorize(&self.identity, &self.attributes)
+                    .authorize(&self.identity, &self.attributes, audit.as_ref())
                     .await
                 {
                     Ok(next) => self.expires = next,
@@ -406,6 +423,20 @@ impl Recheck {
 }
 
 impl Grant {
+    /// The audit of the watch this grant lets through, to be observed by
+    /// its stream and logged when the stream is dropped; `None` with the
+    /// audit log off (or without authorization). For watches only: Gets
+    /// and Lists have their decision line and no stream end.
+    pub fn stream_audit(&self) -> Option<audit::StreamAudit> {
+        let recheck = self.recheck.as_ref()?;
+        Some(audit::StreamAudit::new(
+            recheck.checked.authorizer.audit().clone(),
+            recheck.audit.clone()?,
+            recheck.identity.clone(),
+            recheck.attributes.clone(),
+        ))
+    }
+
     /// Ends `events` with the refusal once the caller's permission or
     /// credential is re-checked and found revoked (or cannot be
     /// re-checked): at the latest one allow TTL after a revocation of the
@@ -488,7 +519,7 @@ mod tests {
         extensions: &http::Extensions,
     ) -> (Events, Guarded<impl Stream<Item = Result<u32, Status>>>) {
         let grant = access
-            .authorize(extensions, watch_configmaps())
+            .authorize(extensions, watch_configmaps(), Default::default)
             .await
             .unwrap();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -563,6 +594,77 @@ mod tests {
         assert!(tokens.calls.load(Ordering::SeqCst) <= 11, "{tokens:?}");
         assert!(accesses.calls.load(Ordering::SeqCst) <= 11, "{accesses:?}");
         assert!(tokens.calls.load(Ordering::SeqCst) >= 10, "{tokens:?}");
+    }
+
+    /// A watch's decision, each re-check of it, and its end share one
+    /// audit ID; the re-check that refused it is logged before its end.
+    #[tokio::test(start_paused = true)]
+    async fn a_revoked_watch_logs_its_decisions_and_its_end_under_one_audit_id() {
+        use audit::{AuditLevel, AuditLog};
+        let accesses = Arc::new(fakes::Accesses::default());
+        let (log, writer) = AuditLog::new(
+            AuditLevel::Metadata,
+            std::num::NonZeroU32::new(100).unwrap(),
+        );
+        let (access, _) = fakes::audited(
+            Arc::default(),
+            accesses.clone(),
+            TOKEN_TTL,
+            fakes::ALLOW_TTL,
+            log.clone(),
+        );
+        let mut extensions = http::Extensions::new();
+        extensions.insert(alice());
+        let grant = access
+            .authorize(&extensions, watch_configmaps(), Default::default)
+            .await
+            .unwrap();
+        let mut audit = grant.stream_audit().expect("the audit log is on");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Result<u32, Status>>();
+        let mut watch = Box::pin(
+            grant
+                .guard(UnboundedReceiverStream::new(rx))
+                .map(move |item| {
+                    audit.observe(&item, |_| 4);
+                    item
+                }),
+        );
+        tx.send(Ok(1)).unwrap();
+        assert_eq!(watch.next().await.unwrap().unwrap(), 1);
+        tokio::time::advance(fakes::ALLOW_TTL).await;
+        tx.send(Ok(2)).unwrap();
+        assert_eq!(watch.next().await.unwrap().unwrap(), 2);
+        accesses.revoked.store(true, Ordering::SeqCst);
+        let status = watch.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied);
+        drop((watch, access));
+
+        let lines = fakes::audit_lines(log, writer).await;
+        let seen: Vec<_> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["stage"].as_str().unwrap(),
+                    l["decision"]
+                        .as_str()
+                        .or(l["responseStatus"]["status"].as_str()),
+                    l.get("recheck").is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("Decision", Some("allow"), false),
+                ("Decision", Some("allow"), true),
+                ("Decision", Some("deny"), true),
+                ("StreamEnd", Some("PERMISSION_DENIED"), false),
+            ]
+        );
+        assert!(lines.iter().all(|l| l["auditID"] == lines[0]["auditID"]));
+        assert_eq!(lines[3]["events"], 2);
+        assert_eq!(lines[3]["bytes"], 8);
+        assert_eq!(accesses.calls.load(Ordering::SeqCst), 3);
     }
 
     #[tokio::test(start_paused = true)]

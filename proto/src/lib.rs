@@ -116,6 +116,14 @@ pub mod wire {
                 EncodedWatchEvent::Own(own) => own.to_bytes(),
             }
         }
+
+        /// The length of the encoded message, without writing it out.
+        pub fn encoded_len(&self) -> usize {
+            match self {
+                EncodedWatchEvent::Shared(bytes) => bytes.len(),
+                EncodedWatchEvent::Own(own) => own.encoded_len(),
+            }
+        }
     }
 
     /// The most an own event's type and resourceVersion fields take: a key

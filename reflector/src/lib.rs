@@ -35,7 +35,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Level, debug, info, warn};
+use tracing::{Instrument, Level, debug, info, warn};
 
 use kube_fanout_core::{
     object::{Object, ResourceVersion},
@@ -59,6 +59,16 @@ pub use self::{
     state::{State, SyncPoint},
     watch::OpenWatch,
 };
+
+/// The span of one request phase of the reflector of `gvr`, from the
+/// resourceVersion `from`. `otel.kind` marks it as one of the operations
+/// the server's trace export sends (a root of its own trace: the task's
+/// `reflector` span, which lives as long as the process, is not sent).
+macro_rules! phase_span {
+    ($name:literal, $gvr:expr, $from:expr) => {
+        tracing::info_span!($name, otel.kind = "internal", resource = %$gvr, from = %$from)
+    };
+}
 
 mod backoff;
 mod config;
@@ -145,13 +155,29 @@ impl Reflector {
         }
     }
 
-    /// Performs one state and returns the next.
+    /// Performs one state and returns the next. Each request phase runs in
+    /// a span of its own (what the exported traces show, see the server's
+    /// `traces`): `list`, `watch_list`, and `watch` for as long as a watch
+    /// is followed, its events applied inside it without a span each.
     pub async fn step(&mut self, state: State) -> State {
+        let gvr = &self.store.resource().gvr;
         match state {
-            State::WatchList(point) => self.watch_list_step(point).await,
-            State::List(point) => self.list_step(point).await,
-            State::Watch(from) => self.watch_step(from).await,
-            State::Follow { open, at } => self.follow_step(open, at).await,
+            State::WatchList(point) => {
+                let span = phase_span!("watch_list", gvr, point.rewatch_from());
+                self.watch_list_step(point).instrument(span).await
+            }
+            State::List(point) => {
+                let span = phase_span!("list", gvr, point.relist_from());
+                self.list_step(point).instrument(span).await
+            }
+            State::Watch(from) => {
+                let span = phase_span!("watch", gvr, from);
+                self.watch_step(from).instrument(span).await
+            }
+            State::Follow { open, at } => {
+                let span = phase_span!("watch", gvr, at);
+                self.follow_step(open, at).instrument(span).await
+            }
             State::Backoff { delay, then } => {
                 self.set_phase(Phase::BackingOff);
                 tokio::time::sleep(delay).await;
@@ -198,8 +224,9 @@ impl Reflector {
         // (and with it other types' reflectors and subscribers). Nothing
         // else writes this store meanwhile: the reflector is its one
         // writer, and it waits here.
-        let store = self.store.clone();
-        let replaced = tokio::task::spawn_blocking(move || store.replace(objects, rv)).await;
+        let (store, span) = (self.store.clone(), tracing::Span::current());
+        let replaced =
+            tokio::task::spawn_blocking(move || span.in_scope(|| store.replace(objects, rv))).await;
         if let Err(err) = replaced
             && err.is_panic()
         {

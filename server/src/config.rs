@@ -5,6 +5,7 @@ use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 use clap::Parser;
 
 use kube_fanout_auth::{
+    audit::AuditLevel,
     authn::TokenCacheTtl,
     authz::DecisionCacheTtl,
     budget::{Bound, ReviewLimits},
@@ -22,7 +23,7 @@ use kube_fanout_service::list_budget::ListBytesLimits;
 
 use crate::{
     options::ServerOptions,
-    security::{AuthOptions, Security},
+    security::{AuditOptions, AuthOptions, Security},
 };
 
 /// kube-fanout: one LIST+WATCH per resource type against the API server,
@@ -412,6 +413,30 @@ pub struct Config {
     /// once, until each is handed to HTTP/2; a List waits for room.
     #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES_IN_FLIGHT")]
     pub max_list_bytes_in_flight: u64,
+
+    /// The audit log of access decisions (each SubjectAccessReview made,
+    /// not cached answers) and of watch ends, one JSON line each, as the
+    /// API server's audit levels: `none` (off), `metadata` (user, verb,
+    /// object, decision, reason, source, times), `request` (and the
+    /// request's selectors, resourceVersion and options). Never a token.
+    /// Needs --auth=kubernetes.
+    #[arg(long, default_value_t = AuditLevel::None, env = "KUBE_FANOUT_AUDIT_LEVEL")]
+    pub audit_level: AuditLevel,
+
+    /// Where audit lines go: a file, opened to append (created readable by
+    /// its owner only), or `-` for standard output.
+    #[arg(long, default_value = "-", env = "KUBE_FANOUT_AUDIT_LOG_PATH")]
+    pub audit_log_path: PathBuf,
+
+    /// Most audit lines written a second (bursts of as many); more are
+    /// dropped, counted (kube_fanout_audit_lines_total{outcome="dropped"})
+    /// and reported by one summary line once lines are written again.
+    #[arg(
+        long,
+        default_value_t = AuditOptions::default().max_lines_per_second,
+        env = "KUBE_FANOUT_AUDIT_MAX_LINES_PER_SECOND"
+    )]
+    pub audit_max_lines_per_second: NonZeroU32,
 }
 
 /// A cache TTL flag: at least a second, or every request would ask the
@@ -507,6 +532,11 @@ impl Config {
                 per_list: self.max_list_bytes.min(self.max_list_bytes_in_flight),
                 total: self.max_list_bytes_in_flight,
             },
+            audit: AuditOptions {
+                level: self.audit_level,
+                path: self.audit_log_path.clone(),
+                max_lines_per_second: self.audit_max_lines_per_second,
+            },
         }
     }
 
@@ -569,6 +599,8 @@ impl Config {
             keepalive: self.keepalive(),
             max_connection_age: self.max_connection_age(),
             connections: self.connections(),
+            // The binary's to set: it installs the trace export.
+            request_spans: false,
         }
     }
 }
@@ -769,6 +801,39 @@ mod tests {
         // One List never gets more than all of them.
         let capped = parse(&["--max-list-bytes", "10", "--max-list-bytes-in-flight", "9"]);
         assert_eq!(capped.security().list_bytes.per_list, 9);
+    }
+
+    #[test]
+    fn audit_flags_reach_their_options_and_the_log_is_off_by_default() {
+        assert_eq!(parse(&[]).security().audit, AuditOptions::default());
+        assert_eq!(AuditOptions::default().level, AuditLevel::None);
+        let set = parse(&[
+            "--audit-level",
+            "Request",
+            "--audit-log-path",
+            "/var/log/audit.jsonl",
+            "--audit-max-lines-per-second",
+            "7",
+        ]);
+        assert_eq!(
+            set.security().audit,
+            AuditOptions {
+                level: AuditLevel::Request,
+                path: PathBuf::from("/var/log/audit.jsonl"),
+                max_lines_per_second: NonZeroU32::new(7).unwrap(),
+            }
+        );
+        let metadata = parse(&["--audit-level", "metadata"]).security().audit;
+        assert_eq!(metadata.level, AuditLevel::Metadata);
+        for bad in [
+            ["--audit-level", "verbose"],
+            ["--audit-max-lines-per-second", "0"],
+        ] {
+            let mut argv = vec!["kube-fanout", "--resource", "v1/configmaps"];
+            argv.extend(bad);
+            let err = Config::try_parse_from(argv).unwrap_err().to_string();
+            assert!(err.contains(bad[1]), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -45,6 +45,19 @@ pub enum ServeError {
         "refusing to serve metrics without authentication on {0}, which is not a loopback address: remove --auth=none and --metrics-auth=none, listen on loopback (--metrics-listen), or add --insecure-allow-unauthenticated"
     )]
     UnauthenticatedMetrics(SocketAddr),
+    /// An audit log asked for with authentication off.
+    #[error(
+        "--audit-level needs --auth=kubernetes: with --auth=none no caller is authenticated or authorized, so there is nothing to audit"
+    )]
+    AuditWithoutAuth,
+    /// The audit log's file cannot be opened.
+    #[error("cannot open the audit log {}: {source}", path.display())]
+    AuditLog {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The server's tasks (reflectors, health, listeners), each ending in the

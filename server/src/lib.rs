@@ -10,12 +10,15 @@
 //! layers): [`config`] turns flags into [`options`], and
 //! [`server::start`] puts the concerns together, each in a module of its
 //! own: discovery of the served types, their reflectors, [`security`],
-//! health, [`metrics`] and the gRPC listener. Inside, imports run down:
-//! `server` sits on the others; `config` on `options`, which sits on
-//! `security`; `health` on `grpc` (its HTTP/2 bounds) and `options`, as
-//! `grpc` does; `metrics` on `security`; each of them on `error`, which
-//! sits on the lower crates alone.
+//! the audit log's destination, health, [`metrics`] and the gRPC
+//! listener. Inside, imports run down: `server` sits on the others;
+//! `config` on `options`, which sits on `security`, as `audit` does;
+//! `health` on `grpc` (its HTTP/2 bounds) and `options`, as `grpc` does;
+//! `grpc` on `request_spans`; `metrics` on `security`; each of them on
+//! `error`, which sits on the lower crates alone. [`traces`], the OTLP
+//! export the binary installs, stands beside them.
 
+mod audit;
 pub mod config;
 mod discovery;
 pub mod error;
@@ -24,5 +27,7 @@ mod health;
 pub mod metrics;
 pub mod options;
 mod reflectors;
+mod request_spans;
 pub mod security;
 pub mod server;
+pub mod traces;

@@ -3,10 +3,11 @@
 //! for scrapes of `/metrics`), what each caller may hold, and the refusal
 //! to serve without authentication beyond loopback unless told to.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, sync::Arc, time::Duration};
 
 use kube_fanout_auth::{
     Access, Authenticator, Authorizer,
+    audit::{AuditLevel, AuditLog},
     authn::TokenCacheTtl,
     authz::{DecisionCacheTtl, NonResourceAuthorizer},
     budget::{ReviewBudget, ReviewLimits},
@@ -39,6 +40,31 @@ pub struct Security {
     /// Bytes List responses may hold, each and all together (default: no
     /// bound worth the name).
     pub list_bytes: ListBytesLimits,
+    /// The audit log of access decisions and watch ends (default: off).
+    pub audit: AuditOptions,
+}
+
+/// The audit log's level, destination and rate bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// How much each line says; [`AuditLevel::None`] is off.
+    pub level: AuditLevel,
+    /// Where lines go: a file, opened to append (created, owner-only,
+    /// if missing), or `-` for standard output.
+    pub path: PathBuf,
+    /// The most lines written a second (bursts of as many); more are
+    /// dropped and counted.
+    pub max_lines_per_second: NonZeroU32,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            level: AuditLevel::None,
+            path: PathBuf::from("-"),
+            max_lines_per_second: NonZeroU32::new(100).expect("not zero"),
+        }
+    }
 }
 
 /// How callers are authenticated and authorized.
@@ -99,11 +125,12 @@ pub(crate) struct Guards {
 }
 
 /// The access checks, the authentication layer and the metrics' checks
-/// `security` asks for; refuses to serve unauthenticated beyond loopback
-/// unless told to.
+/// `security` asks for, their reviews logged to `audit`; refuses to serve
+/// unauthenticated beyond loopback unless told to.
 pub(crate) fn secure(
     client: &kube::Client,
     security: &Security,
+    audit: &AuditLog,
     addr: SocketAddr,
 ) -> Result<Guards, ServeError> {
     let Some(auth) = &security.auth else {
@@ -135,13 +162,14 @@ pub(crate) fn secure(
     let scrapes = auth.metrics.then(|| {
         HttpAccess::new(
             authenticator.clone(),
-            Arc::new(NonResourceAuthorizer::new(
-                reviews.clone(),
-                auth.decision_ttl,
-            )),
+            Arc::new(
+                NonResourceAuthorizer::new(reviews.clone(), auth.decision_ttl)
+                    .with_audit(audit.clone()),
+            ),
         )
     });
-    let authorizer = Authorizer::new(reviews, auth.decision_ttl, authenticator.counters().clone());
+    let authorizer = Authorizer::new(reviews, auth.decision_ttl, authenticator.counters().clone())
+        .with_audit(audit.clone());
     if security.tls.is_none() {
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }

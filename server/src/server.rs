@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::{
-    discovery,
+    audit, discovery,
     error::{ServeError, Tasks},
     grpc::Grpc,
     health, metrics,
@@ -98,7 +98,8 @@ pub async fn start(
     };
 
     let local_addr = listener.local_addr()?;
-    let guards = security::secure(&client, &options.security, local_addr)?;
+    let audit = audit::start(&options.security, &mut tasks, &cancel).await?;
+    let guards = security::secure(&client, &options.security, &audit, local_addr)?;
     let list_budget = ListBudget::new(options.security.list_bytes);
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
@@ -114,6 +115,9 @@ pub async fn start(
             registry.register_collector(Box::new(list_budget.clone()));
             if let Some(layer) = &guards.authenticate {
                 layer.counters().register(&mut registry);
+            }
+            if let Some(counters) = audit.counters() {
+                counters.register(&mut registry);
             }
             let bound = metrics::listen(
                 addr,

@@ -1,7 +1,7 @@
 //! The gRPC service: turns requests into calls on the cache and the
 //! subscription core, and results into `kubefanout.v1` messages.
 
-use std::{pin::Pin, sync::Arc};
+use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use kube_fanout_proto::v1::{
@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use kube_fanout_auth::{
     Access, AuthError, Grant, Verb,
+    audit::RequestOptions,
     limits::{Held, Limiter, Permit},
 };
 use kube_fanout_core::{
@@ -28,6 +29,7 @@ use kube_fanout_core::{
 use kube_fanout_listener::conn::ConnInfo;
 
 use crate::{
+    audited,
     error::RequestError,
     list_budget::{ListBudget, ListBytes, ListTooLarge, Reservation},
     validation::{self, Scope},
@@ -78,15 +80,17 @@ impl FanoutService {
     /// Authorizes `verb` on a request's checked scope, as the API server
     /// would authorize the same request: the one place requests are let
     /// through, and only with validated values (see [`crate::validation`]).
+    /// `options` are what the audit log is told beyond the scope.
     async fn authorize(
         &self,
         extensions: &http::Extensions,
         verb: Verb,
         scope: &Scope,
+        options: impl FnOnce() -> RequestOptions,
     ) -> Result<Grant, RequestError> {
         Ok(self
             .access
-            .authorize(extensions, scope.attributes(verb))
+            .authorize(extensions, scope.attributes(verb), options)
             .await?)
     }
 
@@ -256,7 +260,7 @@ impl FanoutService {
 
 #[tonic::async_trait]
 impl KubeFanout for FanoutService {
-    type WatchStream = Pin<Box<dyn Stream<Item = Result<EncodedWatchEvent, Status>> + Send>>;
+    type WatchStream = audited::WatchStream;
 
     async fn watch(
         &self,
@@ -265,7 +269,9 @@ impl KubeFanout for FanoutService {
         let r = request.get_ref();
         let scope = Scope::watch(r)?;
         let grant = self
-            .authorize(request.extensions(), Verb::Watch, &scope)
+            .authorize(request.extensions(), Verb::Watch, &scope, || {
+                audited::watch_options(r)
+            })
             .await?;
         let caller = Limiter::caller(request.extensions());
         let watch = self.limiter.acquire(&caller, Held::Watch)?;
@@ -280,13 +286,18 @@ impl KubeFanout for FanoutService {
             .get::<ConnInfo>()
             .and_then(|c| c.retire_at);
         let stream = self.start_watch(request.into_inner(), snapshot, retire_at)?;
-        Ok(Response::new(Box::pin(grant.guard(stream).holding(watch))))
+        let audit = grant.stream_audit();
+        let guarded = grant.guard(stream).holding(watch);
+        Ok(Response::new(audited::watch_stream(audit, guarded)))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let scope = Scope::list(request.get_ref())?;
-        self.authorize(request.extensions(), Verb::List, &scope)
-            .await?;
+        let r = request.get_ref();
+        let scope = Scope::list(r)?;
+        self.authorize(request.extensions(), Verb::List, &scope, || {
+            audited::list_options(r)
+        })
+        .await?;
         // A List copies (a page of) the store like a snapshot does.
         let caller = Limiter::caller(request.extensions());
         let _snapshot = self.limiter.acquire(&caller, Held::Snapshot)?;
@@ -299,9 +310,12 @@ impl KubeFanout for FanoutService {
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let scope = Scope::get(request.get_ref())?;
-        self.authorize(request.extensions(), Verb::Get, &scope)
-            .await?;
+        let r = request.get_ref();
+        let scope = Scope::get(r)?;
+        self.authorize(request.extensions(), Verb::Get, &scope, || {
+            audited::get_options(r)
+        })
+        .await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -328,7 +342,7 @@ impl KubeFanout for FanoutService {
                 namespace,
             )?;
             match self
-                .authorize(request.extensions(), Verb::List, &scope)
+                .authorize(request.extensions(), Verb::List, &scope, Default::default)
                 .await
             {
                 Ok(_) => resources.push(FanoutService::resource_status(served, namespace)),

@@ -11,8 +11,9 @@
 use std::{collections::BTreeSet, num::NonZeroU32, path::Path};
 
 use anyhow::{Context, Result, ensure};
-use kube_fanout::security::{AuthOptions, Security};
+use kube_fanout::security::{AuditOptions, AuthOptions, Security};
 use kube_fanout_auth::{
+    audit::AuditLevel,
     budget::{Bound, ReviewLimits},
     reviews::ReviewClient,
 };
@@ -180,9 +181,17 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
         },
         ..AuthOptions::default()
     };
+    // The audit log on, so that its counters are exported too.
+    let audit_dir = tempfile::tempdir()?;
+    let audit = AuditOptions {
+        level: AuditLevel::Metadata,
+        path: audit_dir.path().join("audit.jsonl"),
+        ..AuditOptions::default()
+    };
     let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
         o.security = Security {
             auth: Some(auth),
+            audit,
             ..Security::default()
         };
     })
@@ -216,6 +225,7 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
         "kube_fanout_token_reviews_throttled_total",
         "kube_fanout_access_reviews_total",
         "kube_fanout_auth_checks_total",
+        "kube_fanout_audit_lines_total",
     ] {
         ensure!(exported.contains(family), "{family} missing from\n{scrape}");
     }

@@ -60,6 +60,10 @@ binary's own defaults stay the defaults.
 - "--insecure-allow-unauthenticated"
 {{- end }}
 {{- end }}
+{{- if ne .Values.audit.level "none" }}
+- {{ printf "--audit-level=%v" .Values.audit.level | quote }}
+- {{ printf "--audit-max-lines-per-second=%v" (int64 .Values.audit.maxLinesPerSecond) | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

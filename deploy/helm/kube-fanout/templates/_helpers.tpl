@@ -184,6 +184,9 @@ checked each entry's form.
 {{- if and .Values.tls.enabled (has .Values.listen.healthPort (list .Values.listen.grpcPort .Values.listen.metricsPort)) }}
 {{- fail (printf "listen.healthPort %v is also the gRPC or metrics port: with TLS on, the plaintext health listener needs a port of its own" .Values.listen.healthPort) }}
 {{- end }}
+{{- if and (ne .Values.audit.level "none") (not .Values.auth.enabled) }}
+{{- fail (printf "audit.level=%v needs auth.enabled: with auth off no caller is authenticated or authorized, so there is nothing to audit" .Values.audit.level) }}
+{{- end }}
 {{- if and .Values.auth.insecureAllowUnauthenticated .Values.auth.enabled .Values.auth.metrics }}
 {{- fail "auth.insecureAllowUnauthenticated only applies with auth.enabled=false or auth.metrics=false" }}
 {{- end }}
