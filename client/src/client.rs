@@ -128,6 +128,16 @@ impl Client {
         self.connect_from(self.current + 1).await
     }
 
+    /// Opens a new connection to the current address (falling back to the
+    /// others), after the server retired the one in use. The old channel
+    /// would reconnect by itself after the server's GOAWAY, but hyper's
+    /// client reads the GOAWAY only when handed the next call and drops
+    /// that call unsent (`CANCELLED`, "connection closed"): a resume on it
+    /// would fail once and wait a backoff delay.
+    pub(crate) async fn renew(&mut self) -> Result<(), ClientError> {
+        self.connect_from(self.current).await
+    }
+
     /// Opens a raw watch.
     pub async fn watch(
         &mut self,

@@ -59,7 +59,11 @@ use tonic::Status;
 // is not theirs to depend on.
 pub use kube_fanout_proto::{INITIAL_EVENTS_END, ends_initial_events, ends_resync};
 
-use crate::{api::Api, error::ClientError, proto::WatchRequest};
+use crate::{
+    api::Api,
+    error::ClientError,
+    proto::{EventType, WatchRequest},
+};
 
 mod held;
 mod recovery;
@@ -88,12 +92,50 @@ impl From<WatchError> for watcher::Error {
     }
 }
 
+/// One item of [`changes`]: the [`Event`] [`watch`] yields, with what the
+/// server said of it, for a tool that shows changes as the server sent
+/// them (kubectl-fanout's `watch`).
+#[derive(Debug)]
+pub struct Change<K> {
+    /// The event, as [`watch`] yields it.
+    pub event: Event<K>,
+    /// The server's type of the event: `Added`, `Modified` or `Deleted`
+    /// for an `Apply` or `Delete`, `Added` for an `InitApply` (the server
+    /// sends a snapshot's objects as added), `Bookmark` for `Init` and
+    /// `InitDone`.
+    pub kind: EventType,
+    /// The resourceVersion of the event, or of the unit it belongs to:
+    /// the re-sync unit's for its replacement, the end of the snapshot's
+    /// for its `InitDone`; empty for the `Init` starting a snapshot.
+    pub resource_version: String,
+    /// Whether it is part of the replacement a re-sync unit yields (`Init`,
+    /// `InitApply` for every object, `InitDone`).
+    pub resync: bool,
+}
+
 /// Watches `api`'s objects matching `config`'s label and field selectors,
 /// resuming by itself; errors are typed (see [`WatchError`]).
 pub fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = Result<Event<K>, WatchError>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Send + 'static,
+{
+    changes(api, config, None).map(|r| r.map(|change| change.event))
+}
+
+/// [`watch`] with what the server said of each event (see [`Change`]),
+/// from a snapshot, or with `since` only the changes after that
+/// resourceVersion. The same resuming stream: a resume point, `since`
+/// included, that the server no longer holds starts a snapshot, announced
+/// by `Init`. After `since` the watcher holds only the objects changed
+/// since, so a re-sync unit's replacement lists only those.
+pub fn changes<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    since: Option<String>,
+) -> impl Stream<Item = Result<Change<K>, WatchError>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Send + 'static,
 {
@@ -107,7 +149,10 @@ where
         metadata_only: K::metadata_api(),
         ..WatchRequest::default()
     };
-    run(api.client, request)
+    let start = since.map_or(state::State::Empty, |rv| {
+        state::State::Resume(state::ResumePoint::after(rv))
+    });
+    run(api.client, request, start)
 }
 
 /// The drop-in for [`kube_runtime::metadata_watcher()`]: the same
@@ -167,18 +212,19 @@ where
     watch(api, config).map(|r| r.map_err(watcher::Error::from))
 }
 
-/// The watch over any [`Source`]: the state machine, stepped once per
-/// item, as kube-runtime's watcher is.
+/// The watch over any [`Source`] from `start`: the state machine, stepped
+/// once per item, as kube-runtime's watcher is.
 fn run<K, S>(
     source: S,
     request: WatchRequest,
-) -> impl Stream<Item = Result<Event<K>, WatchError>> + Send + 'static
+    start: state::State<K>,
+) -> impl Stream<Item = Result<Change<K>, WatchError>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Send + 'static,
     S: Source,
 {
     futures::stream::unfold(
-        (state::Machine::new(source, request), state::State::Empty),
+        (state::Machine::new(source, request), start),
         |(mut machine, state)| async move {
             let (item, state) = machine.next(state).await;
             Some((item, (machine, state)))

@@ -2,9 +2,11 @@
 //! and etcd on loopback ([`controlplane`]), and kube-fanout itself started
 //! in process against them ([`fanout`]) or as its binary ([`process`]), a
 //! cluster with a real node that runs the chart's pods ([`node`]), the real
-//! helm ([`helm`]), and the randomized fault test of the Watch contract
-//! ([`faults`]).
+//! helm ([`helm`]), the randomized fault test of the Watch contract
+//! ([`faults`]), and the check that a watching client printed every change
+//! once, in order ([`changes`]).
 
+pub mod changes;
 pub mod clients;
 pub mod controlplane;
 pub mod eventually;

@@ -25,6 +25,7 @@
 //! and its kubelet port is forwarded from 127.0.0.1).
 
 mod cgroup;
+mod container;
 mod forward;
 
 use std::{
@@ -43,6 +44,7 @@ use tempfile::TempDir;
 use tokio::process::Child;
 
 pub use self::cgroup::Cgroup;
+pub use self::container::ContainerProcess;
 pub use self::forward::Forwarder;
 use crate::{
     controlplane::{ControlPlane, Options, built_by, free_port, spawn},

@@ -299,3 +299,108 @@ async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<
     fanout.stop().await?;
     Ok(())
 }
+
+/// kubectl-fanout's watch across its server going away, as in a rollout:
+/// given two servers it follows the first; when that one shuts down it
+/// resumes on the second after the last change it printed (the client
+/// library's watcher), so every change written arrives once, in order,
+/// and the command never exits. A single stream ends with the first
+/// server: the changes after it never arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumes_on_the_next_server_without_loss() -> Result<()> {
+    use kube_fanout_tests::changes::{check_each_once_in_order, printed};
+    let cp = ControlPlane::start().await?;
+    let kube = cp.client.clone();
+    create_namespace(&kube, "resume").await?;
+    let first = Fanout::start(kube.clone(), &["v1/configmaps"]).await?;
+    let second = Fanout::start(kube.clone(), &["v1/configmaps"]).await?;
+    first.wait_synced().await?;
+    second.wait_synced().await?;
+    let servers = format!("{},{}", first.addr, second.addr);
+    let mut watch = tokio::process::Command::new(CLI)
+        .args(["--server", &servers])
+        .args(["watch", "configmaps", "-n", "resume", "-o", "json"])
+        .env_remove("KUBE_FANOUT_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (output, stdout) = (output.clone(), watch.stdout.take().context("stdout")?);
+        tokio::spawn(async move {
+            let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut output = output.lock().expect("not poisoned");
+                output.push_str(&line);
+                output.push('\n');
+            }
+        })
+    };
+    let printed_now = || printed(&output.lock().expect("not poisoned"));
+    let wait_printed = async |written: &[(String, u64)]| {
+        kube_fanout_tests::eventually::eventually("kubectl-fanout printing every change")
+            .until(
+                async || Ok(printed_now()),
+                |p| written.iter().all(|c| p.contains(c)),
+            )
+            .await
+            .map(|_| ())
+    };
+
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(kube.clone(), "resume");
+    let mut written = Vec::new();
+    for round in 0..3 {
+        written.extend(write_round(&api, round).await?);
+    }
+    wait_printed(&written).await?;
+    // The first server shuts down (UNAVAILABLE to its watchers, as a pod
+    // of a rollout does) while changes keep coming.
+    let stopping = tokio::spawn(first.stop());
+    for round in 3..10 {
+        written.extend(write_round(&api, round).await?);
+    }
+    stopping.await??;
+    wait_printed(&written).await?;
+    ensure_running(&mut watch)?;
+    check_each_once_in_order(&printed_now(), &written)?;
+
+    watch.kill().await?;
+    reader.await?;
+    second.stop().await?;
+    Ok(())
+}
+
+/// Writes ConfigMaps cm-0..2 with `round` in their data (created or
+/// replaced, as server-side apply does): each one's name and new
+/// resourceVersion.
+async fn write_round(
+    api: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    round: usize,
+) -> Result<Vec<(String, u64)>> {
+    let mut written = Vec::new();
+    for i in 0..3 {
+        let name = format!("cm-{i}");
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"round": round.to_string()},
+        });
+        let stored = api
+            .patch(
+                &name,
+                &kube::api::PatchParams::apply("client-cli-test"),
+                &kube::api::Patch::Apply(&cm),
+            )
+            .await?;
+        written.push(name_and_rv(&stored)?);
+    }
+    Ok(written)
+}
+
+/// Fails when the watch command has exited.
+fn ensure_running(watch: &mut tokio::process::Child) -> Result<()> {
+    match watch.try_wait()? {
+        None => Ok(()),
+        Some(status) => anyhow::bail!("kubectl-fanout watch exited ({status}) instead of resuming"),
+    }
+}

@@ -8,9 +8,10 @@
 //! through the Service with a projected token for the audience kube-fanout
 //! and the chart's CA and sees every change; a token for another audience
 //! is refused with a message saying so; `helm upgrade` rolls the pods one
-//! at a time while changes keep coming and the client ends up with every
-//! object's last change (see the OPEN note in the test: kubectl-fanout's
-//! watch does not resume); `helm uninstall` leaves nothing behind.
+//! at a time while changes keep coming, and the client, one container
+//! that never restarts, resumes on the next pod after each server it
+//! followed goes: it prints every change once, in order; `helm uninstall`
+//! leaves nothing behind.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -23,19 +24,21 @@ use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Event, Pod, Service, ServiceAccount},
+    policy::v1::PodDisruptionBudget,
     rbac::v1::{Role, RoleBinding},
 };
 use kube::{
     Api,
-    api::{ListParams, LogParams, PostParams},
+    api::{EvictParams, ListParams, LogParams, PostParams},
 };
 use kube_fanout_tests::{
+    changes::{Change, check_each_once_in_order, printed},
     helm::{Helm, exists, kind_name},
-    node::{CHART, Cluster, chart_image, kube_fanout_image},
+    node::{CHART, Cluster, ContainerProcess, chart_image, kube_fanout_image},
     support::create_namespace,
 };
 use kube_runtime::watcher;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RELEASE: &str = "kf";
 const NAMESPACE: &str = "fanout";
@@ -79,13 +82,8 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
 
     grant_watcher(&kube).await?;
     let service_ip = service_ip(&kube).await?;
-    // OPEN: kubectl-fanout's watch is one stream; when its server pod goes
-    // (the rollout below) the stream ends with UNAVAILABLE and the command
-    // exits, so it does not resume at the last resourceVersion; its
-    // container restarts (OnFailure) and lists again. Until it resumes
-    // (the client library's watcher, issue 26), the rollout checks that it
-    // converges to every object's last change, not that it printed each.
-    create_client_pod(&kube, "watcher", &service_ip, "kube-fanout", "OnFailure").await?;
+    // Never restarted: the one container has to resume across the rollout.
+    create_client_pod(&kube, "watcher", &service_ip, "kube-fanout", "Never").await?;
     create_client_pod(
         &kube,
         "wrong-audience",
@@ -103,24 +101,24 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
 
     // Changes before the rollout arrive.
     let configmaps: Api<ConfigMap> = Api::namespaced(kube.clone(), WATCHED);
-    let mut written = BTreeSet::new();
+    let mut written = Vec::new();
     for i in 0..5 {
-        written.insert(write_configmap(&configmaps, i, "before").await?);
+        written.push(write_configmap(&configmaps, i, "before").await?);
     }
     wait_seen(&cluster, "watcher", &written).await?;
 
     // An upgrade with a new value rolls the pods one at a time while
-    // changes keep coming; the client sees all of them.
+    // changes keep coming; the client sees each of them once, in order.
     let rollout = RolloutRecorder::start(&kube).await?;
     let stop = tokio_util::sync::CancellationToken::new();
     let writer = {
         let (configmaps, stop) = (configmaps.clone(), stop.clone());
         tokio::spawn(async move {
-            let mut written = BTreeSet::new();
+            let mut written = Vec::new();
             for round in 0.. {
                 for i in 0..5 {
                     written
-                        .insert(write_configmap(&configmaps, i, &format!("during-{round}")).await?);
+                        .push(write_configmap(&configmaps, i, &format!("during-{round}")).await?);
                 }
                 tokio::select! {
                     () = stop.cancelled() => break,
@@ -145,20 +143,25 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
     stop.cancel();
     written.extend(writer.await??);
     let during = rollout.check_one_at_a_time()?;
-    let mut last = BTreeSet::new();
     for i in 0..5 {
-        last.insert(write_configmap(&configmaps, i, "after").await?);
+        written.push(write_configmap(&configmaps, i, "after").await?);
     }
-    wait_seen(&cluster, "watcher", &last).await?;
-    let restarts = client_restarts(&kube, "watcher").await?;
-    let seen_now = seen(&kube, "watcher").await?;
+    wait_seen(&cluster, "watcher", &written).await?;
+    ensure!(
+        client_restarts(&kube, "watcher").await? == 0,
+        "the client's container restarted"
+    );
+    let printed = seen(&kube, "watcher").await?;
+    check_each_once_in_order(&printed, &written)?;
     tracing::info!(
         states = during,
-        restarts,
-        changes_written = written.len() + last.len(),
-        printed_by_the_current_container = seen_now.len(),
-        "rollout observed"
+        changes_written = written.len(),
+        printed = printed.len(),
+        "rollout observed: every change printed once, in order, by one container"
     );
+
+    check_disruption_budget(&cluster).await?;
+    wait_rolled_out(&cluster, 2).await?;
 
     helm.run(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])
         .await?;
@@ -260,24 +263,45 @@ async fn diagnose(kube: &kube::Client) -> String {
     report
 }
 
-/// What the chart's pod spec promises, checked on the running pods: the
-/// container runs as the image's non-root user with a read-only root
-/// filesystem, and serves (the probes passed).
+/// What the chart's pod spec promises, checked on the processes the node
+/// runs: each container runs as the chart's non-root user, its root
+/// filesystem is read-only (a write into it, as root from the host, fails
+/// with EROFS: /tmp is world-writable in the image, so nothing else stops
+/// it), and it serves (the probes passed).
 async fn check_pods_as_the_chart_says(kube: &kube::Client) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
     for pod in pods.list(&ListParams::default().labels(SELECTOR)).await? {
+        let name = pod.metadata.name.clone().unwrap_or_default();
         let spec = pod.spec.context("no spec")?;
-        let container = &spec.containers[0];
-        let security = container.security_context.clone().unwrap_or_default();
-        ensure!(
-            security.read_only_root_filesystem == Some(true),
-            "the container's root filesystem is not read-only: {security:?}"
-        );
-        let ready = pod
+        let user = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .context("the chart sets no runAsUser")?;
+        let statuses = pod
             .status
             .and_then(|s| s.container_statuses)
-            .is_some_and(|c| c.iter().all(|c| c.ready));
-        ensure!(ready, "a container is not ready");
+            .unwrap_or_default();
+        let status = statuses.first().context("no container status")?;
+        ensure!(status.ready, "pod {name}'s container is not ready");
+        let process = ContainerProcess::find(status.container_id.as_deref().unwrap_or_default())?;
+        let uids = process.uids()?;
+        ensure!(
+            user != 0 && uids.iter().all(|&u| i64::from(u) == user),
+            "pod {name}'s kube-fanout runs as user IDs {uids:?}, not the chart's runAsUser {user}"
+        );
+        const PROBE: &str = "/tmp/kube-fanout-root-filesystem-write";
+        match process.write_in_root(PROBE) {
+            Err(e) if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {}
+            Ok(()) => bail!(
+                "pod {name}'s root filesystem is writable on the node: {PROBE} was written into it \
+                 (the chart's securityContext.readOnlyRootFilesystem is not in force: {:?})",
+                spec.containers[0].security_context
+            ),
+            Err(e) => bail!(
+                "writing {PROBE} into pod {name}'s root filesystem failed, but not as read-only: {e}"
+            ),
+        }
     }
     Ok(())
 }
@@ -375,7 +399,7 @@ async fn create_client_pod(
 
 /// Creates or updates ConfigMap `cm-i` with `value`: its name and new
 /// resourceVersion.
-async fn write_configmap(api: &Api<ConfigMap>, i: usize, value: &str) -> Result<(String, String)> {
+async fn write_configmap(api: &Api<ConfigMap>, i: usize, value: &str) -> Result<Change> {
     let name = format!("cm-{i}");
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -392,54 +416,41 @@ async fn write_configmap(api: &Api<ConfigMap>, i: usize, value: &str) -> Result<
             .await?
         }
     };
-    Ok((
-        name,
-        written
-            .metadata
-            .resource_version
-            .context("no resourceVersion")?,
-    ))
+    let rv = written
+        .metadata
+        .resource_version
+        .context("no resourceVersion")?;
+    Ok((name, rv.parse().context("a resourceVersion")?))
 }
 
-/// The (name, resourceVersion) of every object in the events a client
-/// pod printed so far (its log, read through the kubelet).
-async fn seen(kube: &kube::Client, pod: &str) -> Result<BTreeSet<(String, String)>> {
+/// The changes in the events a client pod printed so far, in order (its
+/// log, read through the kubelet).
+async fn seen(kube: &kube::Client, pod: &str) -> Result<Vec<Change>> {
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
-    let log = pods.logs(pod, &LogParams::default()).await?;
-    let mut seen = BTreeSet::new();
-    for line in log.lines() {
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let metadata = &event["object"]["metadata"];
-        if let (Some(name), Some(rv)) = (
-            metadata["name"].as_str(),
-            metadata["resourceVersion"].as_str(),
-        ) {
-            seen.insert((name.to_owned(), rv.to_owned()));
-        }
-    }
-    Ok(seen)
+    Ok(printed(&pods.logs(pod, &LogParams::default()).await?))
 }
 
 /// Waits until the client pod has printed every one of `written`; the
 /// error lists those it has not.
-async fn wait_seen(
-    cluster: &Cluster,
-    pod: &str,
-    written: &BTreeSet<(String, String)>,
-) -> Result<()> {
+async fn wait_seen(cluster: &Cluster, pod: &str, written: &[Change]) -> Result<()> {
     let kube = cluster.cp.client.clone();
     let outcome = cluster
         .wait_for(
             "client seeing every change",
             Duration::from_secs(60),
-            || async { Ok(seen(&kube, pod).await?.is_superset(written).then_some(())) },
+            || async {
+                let seen: BTreeSet<Change> = seen(&kube, pod).await?.into_iter().collect();
+                Ok(written.iter().all(|c| seen.contains(c)).then_some(()))
+            },
         )
         .await;
     if outcome.is_err() {
-        let seen = seen(&kube, pod).await.unwrap_or_default();
-        let missing: Vec<_> = written.difference(&seen).collect();
+        let seen: BTreeSet<Change> = seen(&kube, pod)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let missing: Vec<_> = written.iter().filter(|c| !seen.contains(*c)).collect();
         let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
         let state = pods
             .get(pod)
@@ -494,6 +505,108 @@ async fn client_restarts(kube: &kube::Client, pod: &str) -> Result<i32> {
         .iter()
         .map(|c| c.restart_count)
         .sum())
+}
+
+/// The chart's PodDisruptionBudget (maxUnavailable 1) as the eviction API
+/// and the disruption controller enforce it: once the controller has
+/// counted both pods Ready it allows one disruption; evicting one pod is
+/// accepted, and evicting the other right after is refused with 429
+/// TooManyRequests while the first is not back (its replacement not
+/// Ready). The second eviction must name a pod that was Ready and not
+/// deleting: the eviction API deletes a Pending pod (the replacement)
+/// or one already being deleted (the first, again) without consulting
+/// the budget (`canIgnorePDB` in k8s.io/kubernetes
+/// pkg/registry/core/pod/storage/eviction.go). And it must not be retried:
+/// see the client below.
+async fn check_disruption_budget(cluster: &Cluster) -> Result<()> {
+    let kube = cluster.cp.client.clone();
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(kube.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
+    // kube-rs retries a 429 by default (up to 15 times, 5 ms doubling):
+    // the refused eviction would be sent again until the replacement pod
+    // is Ready and the budget allows it, and come back accepted. Evictions
+    // go through a client that shows the first answer.
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&cluster.cp.kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.default_retry = false;
+    let evictions: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, NAMESPACE);
+    cluster
+        .wait_for(
+            "the disruption controller allowing one disruption",
+            POD_TIMEOUT,
+            || async {
+                let pdb = budgets.get(FULLNAME).await?;
+                let status = pdb.status.unwrap_or_default();
+                let observed =
+                    status.observed_generation.unwrap_or(0) >= pdb.metadata.generation.unwrap_or(0);
+                Ok((observed
+                    && status.disruptions_allowed == Some(1)
+                    && status.current_healthy == Some(REPLICAS as i32))
+                .then_some(()))
+            },
+        )
+        .await?;
+    let ready = ready_pods(&pods).await?;
+    ensure!(
+        ready.len() == REPLICAS,
+        "{REPLICAS} Ready pods expected: {ready:?}"
+    );
+    evictions
+        .evict(&ready[0], &EvictParams::default())
+        .await
+        .with_context(|| format!("evicting {} with one disruption allowed", ready[0]))?;
+    let second = evictions.evict(&ready[1], &EvictParams::default()).await;
+    let ready_after = ready_pods(&pods).await?;
+    let budget = budgets.get(FULLNAME).await?.status;
+    match second {
+        Err(kube::Error::Api(status)) if status.code == 429 => ensure!(
+            status.message.contains("disruption budget"),
+            "the second eviction was refused with 429 but not by the budget: {status:?}"
+        ),
+        Err(err) => return Err(err).context(format!("evicting {} second", ready[1])),
+        Ok(status) => bail!(
+            "evicting {} was accepted ({status:?}) right after {} was, though the budget allowed one disruption; Ready pods now: {ready_after:?}; the budget's status: {budget:?}",
+            ready[1],
+            ready[0]
+        ),
+    }
+    ensure!(
+        ready_after == ready[1..],
+        "when the second eviction was refused only {} should have been Ready (the first evicted, its replacement not Ready yet): {ready_after:?}",
+        ready[1]
+    );
+    // What an eviction "accepted right after the first" can be without the
+    // budget failing: the first pod again, now being deleted, goes through
+    // (the API deletes it without consulting the budget), unless it is
+    // gone already.
+    match evictions.evict(&ready[0], &EvictParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => {
+            return Err(err).context(format!("evicting {}, being deleted, again", ready[0]));
+        }
+    }
+    tracing::info!(evicted = %ready[0], refused = %ready[1], budget = ?budget, "the budget held");
+    Ok(())
+}
+
+/// The release's pods that are Ready and not being deleted, by name.
+async fn ready_pods(pods: &Api<Pod>) -> Result<Vec<String>> {
+    let mut ready: Vec<String> = pods
+        .list(&ListParams::default().labels(SELECTOR))
+        .await?
+        .into_iter()
+        .filter(|p| {
+            let state = pod_state(p);
+            state.ready && !state.deleting
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    ready.sort();
+    Ok(ready)
 }
 
 /// Records the release's pods through a watch for the whole rollout.

@@ -41,9 +41,9 @@ pub(super) enum Recovery {
     Snapshot(Status),
     /// Tell the caller, then retry after a backoff delay.
     Refused(Status),
-    /// Resume at once on the same server: it retired the connection
-    /// (`--max-connection-age-seconds`), a routine move, and the channel
-    /// opens a new one after the server's GOAWAY.
+    /// Resume at once on the same server over a new connection: it
+    /// retired the current one (`--max-connection-age-seconds`), a routine
+    /// move.
     Move,
 }
 

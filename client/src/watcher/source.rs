@@ -24,6 +24,9 @@ pub(super) trait Source: Send + 'static {
     ) -> impl Future<Output = Result<EventStream, Status>> + Send;
     /// Moves to the next server after a failure.
     fn reconnect(&mut self) -> impl Future<Output = Result<(), ClientError>> + Send;
+    /// Opens a new connection to the same server, after it retired the
+    /// current one.
+    fn renew(&mut self) -> impl Future<Output = Result<(), ClientError>> + Send;
 }
 
 impl Source for Client {
@@ -33,5 +36,9 @@ impl Source for Client {
 
     async fn reconnect(&mut self) -> Result<(), ClientError> {
         Client::reconnect(self).await
+    }
+
+    async fn renew(&mut self) -> Result<(), ClientError> {
+        Client::renew(self).await
     }
 }

@@ -12,8 +12,9 @@
 //!               (▶ Watching, yielding nothing, if the unit changed nothing)
 //! Replacing     InitApply per held object, then InitDone ▶ Watching
 //! Backoff       wait, move to the next server ───────────▶ Resume, or Empty
+//! Renew         a new connection to the same server ─────▶ Resume, or Empty
 //! any failure   Expired ─────────────────────────────────▶ Empty
-//!  (an open, or a retired connection ───────────────────▶ Resume, or Empty
+//!  (an open, or a retired connection ───────────────────▶ Renew
 //!   a stream)   refused ─ Err ───────────────────────────▶ Backoff
 //!               anything else ───────────────────────────▶ Backoff
 //! ```
@@ -34,7 +35,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::{
-    WatchError,
+    Change, WatchError,
     held::{Held, Unit},
     recovery::{Failure, Recovery},
     source::{EventStream, Source},
@@ -50,6 +51,17 @@ use crate::{
 pub(super) struct ResumePoint<K> {
     resource_version: String,
     held: Held<K>,
+}
+
+impl<K> ResumePoint<K> {
+    /// The point after `resource_version`, holding nothing: the caller
+    /// asked for the changes after it and has seen no object yet.
+    pub(super) fn after(resource_version: String) -> Self {
+        ResumePoint {
+            resource_version,
+            held: Held::default(),
+        }
+    }
 }
 
 /// Where the watcher is.
@@ -89,10 +101,24 @@ pub(super) enum State<K> {
         delay: Duration,
         then: Option<ResumePoint<K>>,
     },
+    /// The server retired the connection: open a new one to it at once,
+    /// then open after `then` (a new snapshot when `None`).
+    Renew { then: Option<ResumePoint<K>> },
 }
 
 /// What the watch yields.
-pub(super) type Item<K> = Result<Event<K>, WatchError>;
+pub(super) type Item<K> = Result<Change<K>, WatchError>;
+
+/// An item to yield: `event`, with the server's type and the resourceVersion
+/// of the unit it belongs to.
+fn yielded<K>(event: Event<K>, kind: EventType, resource_version: &str, resync: bool) -> Item<K> {
+    Ok(Change {
+        event,
+        kind,
+        resource_version: resource_version.to_owned(),
+        resync,
+    })
+}
 
 /// What one step yields, if anything, and where it leaves the watcher.
 type Step<K> = (Option<Item<K>>, State<K>);
@@ -180,19 +206,38 @@ impl<S: Source> Machine<S> {
                 mut pending,
             } => match pending.pop_front() {
                 Some(object) => (
-                    Some(Ok(Event::InitApply(object))),
+                    Some(yielded(
+                        Event::InitApply(object),
+                        EventType::Added,
+                        &point.resource_version,
+                        true,
+                    )),
                     State::Replacing {
                         point,
                         stream,
                         pending,
                     },
                 ),
-                None => (Some(Ok(Event::InitDone)), State::Watching { point, stream }),
+                None => (
+                    Some(yielded(
+                        Event::InitDone,
+                        EventType::Bookmark,
+                        &point.resource_version,
+                        true,
+                    )),
+                    State::Watching { point, stream },
+                ),
             },
             State::Backoff { delay, then } => {
                 tokio::time::sleep(delay).await;
                 if let Err(err) = self.source.reconnect().await {
                     warn!(resource = %self.resource, error = %err, "no kube-fanout server reachable; will retry");
+                }
+                (None, then.map_or(State::Empty, State::Resume))
+            }
+            State::Renew { then } => {
+                if let Err(err) = self.source.renew().await {
+                    warn!(resource = %self.resource, error = %err, "cannot open a new connection after a retirement; will retry");
                 }
                 (None, then.map_or(State::Empty, State::Resume))
             }
@@ -211,7 +256,7 @@ impl<S: Source> Machine<S> {
         };
         match (self.source.open(request).await, from) {
             (Ok(stream), None) => (
-                Some(Ok(Event::Init)),
+                Some(yielded(Event::Init, EventType::Bookmark, "", false)),
                 State::InitialWatch {
                     stream,
                     objects: Held::default(),
@@ -236,7 +281,7 @@ impl<S: Source> Machine<S> {
             }
             Recovery::Move => {
                 debug!(%resource, resume_after, "connection retired by the server; resuming on a new one");
-                (None, from.map_or(State::Empty, State::Resume))
+                (None, State::Renew { then: from })
             }
             Recovery::Refused(status) => {
                 let delay = next_delay(&mut self.backoff);
@@ -286,16 +331,27 @@ where
     K: Resource + Clone + DeserializeOwned,
 {
     if ends_initial_events(&event) {
+        let item = yielded(
+            Event::InitDone,
+            EventType::Bookmark,
+            &event.resource_version,
+            false,
+        );
         let point = ResumePoint {
             resource_version: event.resource_version,
             held: objects,
         };
-        return (Some(Ok(Event::InitDone)), State::Watching { point, stream });
+        return (Some(item), State::Watching { point, stream });
     }
     let item = (event.r#type() != EventType::Bookmark).then(|| {
         let object = object::<K>(&event)?;
         objects.apply(&object);
-        Ok(Event::InitApply(object))
+        yielded(
+            Event::InitApply(object),
+            event.r#type(),
+            &event.resource_version,
+            false,
+        )
     });
     (item, State::InitialWatch { stream, objects })
 }
@@ -319,13 +375,14 @@ where
     let kind = event.r#type();
     let item = (kind != EventType::Bookmark).then(|| {
         let object = object::<K>(&event)?;
-        Ok(if kind == EventType::Deleted {
+        let event_of = if kind == EventType::Deleted {
             point.held.delete(&object);
             Event::Delete(object)
         } else {
             point.held.apply(&object);
             Event::Apply(object)
-        })
+        };
+        yielded(event_of, kind, &event.resource_version, false)
     });
     point.resource_version = event.resource_version;
     (item, State::Watching { point, stream })
@@ -349,7 +406,12 @@ where
         }
         let pending = point.held.objects();
         return (
-            Some(Ok(Event::Init)),
+            Some(yielded(
+                Event::Init,
+                EventType::Bookmark,
+                &point.resource_version,
+                true,
+            )),
             State::Replacing {
                 point,
                 stream,

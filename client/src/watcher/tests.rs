@@ -39,6 +39,8 @@ struct Script {
     sessions: Arc<Mutex<VecDeque<Session>>>,
     opened: Arc<Mutex<Vec<(Instant, WatchRequest)>>>,
     reconnects: Arc<Mutex<usize>>,
+    /// New connections to the same server (after a retirement).
+    renewals: Arc<Mutex<usize>>,
 }
 
 impl Script {
@@ -47,6 +49,7 @@ impl Script {
             sessions: Arc::new(Mutex::new(sessions.into())),
             opened: Arc::default(),
             reconnects: Arc::default(),
+            renewals: Arc::default(),
         }
     }
 
@@ -90,6 +93,11 @@ impl Source for Script {
 
     async fn reconnect(&mut self) -> Result<(), ClientError> {
         *self.reconnects.lock().unwrap() += 1;
+        Ok(())
+    }
+
+    async fn renew(&mut self) -> Result<(), ClientError> {
+        *self.renewals.lock().unwrap() += 1;
         Ok(())
     }
 }
@@ -192,12 +200,18 @@ fn request() -> WatchRequest {
     }
 }
 
+/// The watch against `script`, as [`watch`] yields it.
+fn events(script: &Script) -> impl Stream<Item = Result<Event<ConfigMap>, WatchError>> {
+    run::<ConfigMap, _>(script.clone(), request(), state::State::Empty)
+        .map(|r| r.map(|change| change.event))
+}
+
 /// The first `n` items the watch yields against `script`. Fails, instead
 /// of hanging, when it yields fewer: paused time jumps to the deadline once
 /// the watch waits on nothing but a silent stream.
 async fn first(script: &Script, n: usize) -> Vec<Result<Event<ConfigMap>, WatchError>> {
     let mut got = Vec::new();
-    let mut watch = std::pin::pin!(run::<ConfigMap, _>(script.clone(), request()));
+    let mut watch = std::pin::pin!(events(script));
     while got.len() < n {
         match tokio::time::timeout(Duration::from_secs(3600), watch.next()).await {
             Ok(Some(item)) => got.push(item),
@@ -209,6 +223,56 @@ async fn first(script: &Script, n: usize) -> Vec<Result<Event<ConfigMap>, WatchE
         }
     }
     got
+}
+
+/// `changes` after a `since`: no snapshot, each change with the server's
+/// type and resourceVersion, resumed after the last one; a resume point
+/// the server no longer holds starts a snapshot, announced by `Init`.
+#[tokio::test(start_paused = true)]
+async fn changes_after_since_carry_the_servers_types_and_an_expired_point_takes_a_snapshot() {
+    let script = Script::new(vec![
+        Session::Stream(vec![
+            added("b", 6),
+            modified("b", 7),
+            deleted("b", 8),
+            Step::Fail(Status::unavailable("shutting down")),
+        ]),
+        Session::Refuse(Status::out_of_range("too old")),
+        Session::Stream(vec![added("c", 9), bookmark(9, true)]),
+    ]);
+    let since = state::State::Resume(state::ResumePoint::after("5".into()));
+    let seen: Vec<String> = run::<ConfigMap, _>(script.clone(), request(), since)
+        .take(6)
+        .map(|change| {
+            let change = change.expect("no error");
+            format!(
+                "{} {} {}",
+                change.kind.as_str_name(),
+                change.resource_version,
+                show(&Ok(change.event))
+            )
+        })
+        .collect()
+        .await;
+    assert_eq!(
+        seen,
+        [
+            "ADDED 6 Apply b@6",
+            "MODIFIED 7 Apply b@7",
+            "DELETED 8 Delete b@8",
+            "BOOKMARK  Init",
+            "ADDED 9 InitApply c@9",
+            "BOOKMARK 9 InitDone",
+        ]
+    );
+    assert_eq!(
+        script.requests(),
+        [
+            ("5".into(), false),
+            ("8".into(), false),
+            (String::new(), true)
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -283,7 +347,9 @@ async fn a_broken_stream_resumes_after_the_last_rv_seen_even_a_bookmark() {
 }
 
 /// A watch whose connection the server retired resumes at once, on the
-/// same server, from its last resourceVersion: no backoff, no failover.
+/// same server over a new connection (on the retired one hyper's client
+/// would drop the first call unsent), from its last resourceVersion: no
+/// backoff, no failover.
 #[tokio::test(start_paused = true)]
 async fn a_retired_connection_resumes_at_once_on_the_same_server() {
     let script = Script::new(vec![
@@ -312,6 +378,11 @@ async fn a_retired_connection_resumes_at_once_on_the_same_server() {
     );
     assert_eq!(script.gaps(), [Duration::ZERO], "no backoff");
     assert_eq!(*script.reconnects.lock().unwrap(), 0, "no failover");
+    assert_eq!(
+        *script.renewals.lock().unwrap(),
+        1,
+        "a new connection to the same server, not the retired one"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -326,7 +397,7 @@ async fn backoff_doubles_to_30s_and_starts_over_after_two_healthy_minutes() {
     ]));
     let script = Script::new(sessions);
     // Init, InitDone of the healthy session, then wait for the next attempt.
-    let mut watch = std::pin::pin!(run::<ConfigMap, _>(script.clone(), request()));
+    let mut watch = std::pin::pin!(events(&script));
     assert_eq!(show(&watch.next().await.unwrap()), "Init");
     assert_eq!(show(&watch.next().await.unwrap()), "InitDone");
     tokio::time::timeout(Duration::from_secs(200), watch.next())
@@ -882,6 +953,11 @@ async fn a_connection_retired_inside_the_snapshot_takes_it_again_at_once() {
     );
     assert_eq!(script.gaps(), [Duration::ZERO], "no backoff");
     assert_eq!(*script.reconnects.lock().unwrap(), 0, "no failover");
+    assert_eq!(
+        *script.renewals.lock().unwrap(),
+        1,
+        "a new connection to the same server, not the retired one"
+    );
 }
 
 /// Watching → (the stream ends) → Backoff → Resume: a watch the server

@@ -18,13 +18,16 @@ use anyhow::{Context, Result, anyhow};
 use clap::Parser;
 use cli::{Cli, Command, Compression};
 use futures::StreamExt;
+use kube::{api::DynamicObject, discovery::ApiResource};
 use kube_fanout_client::{
-    Certificate, Client, ClientConfig, ClientError, ClientTlsConfig, CompressionEncoding,
+    Api, Certificate, Client, ClientConfig, ClientError, ClientTlsConfig, CompressionEncoding,
+    WatchError,
     proto::{EventType, GetRequest, ResourceStatus, WatchRequest},
-    watcher::{ends_initial_events, ends_resync},
+    watcher::ends_initial_events,
 };
+use kube_runtime::watcher::{self, Event};
 use output::{Format, Printer, resource_path};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A TYPE the server does not serve.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +40,15 @@ struct UnknownType {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The watcher's warnings (the server went away, when it tries again)
+    // on stderr; RUST_LOG sets the level.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -251,32 +263,97 @@ async fn run(cli: Cli) -> Result<()> {
         } => {
             let served = resolve(&mut client, &r#type, scope.asked()).await?;
             let namespace = scope.namespace_for(&served);
-            let request = WatchRequest {
-                resource: served.resource.clone(),
-                namespace: namespace.clone(),
-                label_selector: selector,
-                field_selector,
-                send_initial_events: since.is_none(),
-                resource_version: since.unwrap_or_default(),
-                ..WatchRequest::default()
-            };
-            let mut events = client.watch(request).await?;
             let mut printer = Printer::new(output.output)
                 .with_namespace(namespace.is_empty() && served.namespaced);
-            while let Some(event) = events.next().await {
-                let event = event.map_err(ClientError::from)?;
-                // Bookmarks only move the RV, except the one that closes a
-                // re-sync unit: it says the changes before it apply together.
-                if event.r#type() == EventType::Bookmark && !ends_resync(&event) {
-                    continue;
-                }
-                let object: Value = serde_json::from_str(&event.object)?;
-                printer.event(&mut out, &event, &object)?;
-                out.flush()?;
-            }
+            let config = watcher::Config {
+                label_selector: (!selector.is_empty()).then_some(selector),
+                field_selector: (!field_selector.is_empty()).then_some(field_selector),
+                ..watcher::Config::default()
+            };
+            let api = dynamic_api(client, &served, &namespace);
+            watch(api, config, since, &mut printer, &mut out).await?;
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// The served type as a `DynamicObject` API, in `namespace` ("" for all
+/// of them).
+fn dynamic_api(client: Client, served: &ResourceStatus, namespace: &str) -> Api<DynamicObject> {
+    let resource = served.resource.clone().unwrap_or_default();
+    let api_resource = ApiResource {
+        api_version: match resource.group.as_str() {
+            "" => resource.version.clone(),
+            group => format!("{group}/{}", resource.version),
+        },
+        group: resource.group,
+        version: resource.version,
+        kind: served.kind.clone(),
+        plural: resource.resource,
+    };
+    match namespace {
+        "" => Api::all_with(client, &api_resource),
+        ns => Api::namespaced_with(client, ns, &api_resource),
+    }
+}
+
+/// Prints the changes `api` watches as they come, through the client
+/// library's watcher: when the server goes away (a pod of a rollout, a
+/// restart) it resumes after the last change printed on the next server
+/// that answers, so nothing is missed and nothing printed twice. It ends
+/// only on a refusal (unknown type, bad selector, no permission), or when
+/// `since` is older than the server's history.
+async fn watch(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    since: Option<String>,
+    printer: &mut Printer,
+    out: &mut impl Write,
+) -> Result<()> {
+    let mut changes = std::pin::pin!(kube_fanout_client::watcher::changes(
+        api,
+        config,
+        since.clone()
+    ));
+    let mut first = true;
+    while let Some(change) = changes.next().await {
+        let change = match change {
+            Ok(change) => change,
+            Err(WatchError::Refused(status)) => return Err(ClientError::Status(status).into()),
+            Err(err @ WatchError::Decode(_)) => {
+                eprintln!("warning: {err}; skipped");
+                continue;
+            }
+        };
+        if std::mem::take(&mut first)
+            && let (Some(since), Event::Init) = (&since, &change.event)
+        {
+            anyhow::bail!(
+                "resourceVersion {since} is too old: the server no longer holds the changes after it; watch without --since for the current objects"
+            );
+        }
+        let object = match change.event {
+            Event::InitApply(object) | Event::Apply(object) | Event::Delete(object) => {
+                serde_json::to_value(&object)?
+            }
+            // The end of a re-sync unit's replacement: it says the rows
+            // before it apply together.
+            Event::InitDone if change.resync => {
+                json!({"metadata": {"resourceVersion": change.resource_version}})
+            }
+            // The start and end of a snapshot have no row.
+            Event::Init | Event::InitDone => continue,
+        };
+        printer.event(
+            out,
+            change.kind,
+            &change.resource_version,
+            change.resync,
+            &object,
+        )?;
+        out.flush()?;
+    }
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use anyhow::Result;
 use k8s_openapi::jiff::Timestamp;
 use kube_fanout_client::{
     GroupVersionResource,
-    proto::{EventType, ResourceStatus, SyncState, WatchEvent},
+    proto::{EventType, ResourceStatus, SyncState},
 };
 use serde_json::{Value, json};
 
@@ -117,19 +117,22 @@ impl Printer {
         table(out, &[self.object_header(), self.object_row(object)])
     }
 
-    /// One watch event; in a table each is a row, the header printed once.
-    /// Events of a re-sync unit are marked (`"resync": true`, or `yes` in
-    /// the RESYNC column), and so is the bookmark that closes the unit,
-    /// the only bookmark printed.
+    /// One watch event of type `kind` at `resource_version`; in a table
+    /// each is a row, the header printed once. The rows of a re-sync
+    /// unit's new state are marked (`"resync": true`, or `yes` in the
+    /// RESYNC column), and so is the bookmark that closes it, the only
+    /// bookmark printed.
     pub fn event(
         &mut self,
         out: &mut impl Write,
-        event: &WatchEvent,
+        kind: EventType,
+        resource_version: &str,
+        resync: bool,
         object: &Value,
     ) -> Result<()> {
-        let kind = event.r#type().as_str_name();
-        let mut doc = json!({"type": kind, "object": object});
-        if event.resync {
+        let kind_name = kind.as_str_name();
+        let mut doc = json!({"type": kind_name, "object": object});
+        if resync {
             doc["resync"] = json!(true);
         }
         match self.format {
@@ -141,15 +144,14 @@ impl Printer {
                     self.header_done = true;
                     writeln!(out, "{:<10} {:<12} {:<6} NAME", "EVENT", "RV", "RESYNC")?;
                 }
-                let (resync, name) = match (event.resync, event.r#type()) {
+                let (resync, name) = match (resync, kind) {
                     (true, EventType::Bookmark) => ("end", "(re-sync unit complete)".to_owned()),
                     (true, _) => ("yes", qualified_name(object)),
                     (false, _) => ("-", qualified_name(object)),
                 };
                 writeln!(
                     out,
-                    "{kind:<10} {:<12} {resync:<6} {name}",
-                    event.resource_version
+                    "{kind_name:<10} {resource_version:<12} {resync:<6} {name}"
                 )?;
             }
         }
@@ -278,36 +280,30 @@ mod tests {
 
     #[test]
     fn re_sync_events_and_the_bookmark_closing_their_unit_are_marked() {
-        let event = |kind: EventType, resync: bool| WatchEvent {
-            r#type: kind.into(),
-            resource_version: "20".into(),
-            resync,
-            ..WatchEvent::default()
-        };
         let cm = json!({"metadata": {"name": "a", "namespace": "ns"}});
         let mut out = Vec::new();
         let mut table = Printer::new(Format::Table);
         table
-            .event(&mut out, &event(EventType::Modified, false), &cm)
+            .event(&mut out, EventType::Modified, "20", false, &cm)
             .unwrap();
         table
-            .event(&mut out, &event(EventType::Deleted, true), &cm)
+            .event(&mut out, EventType::Added, "20", true, &cm)
             .unwrap();
         table
-            .event(&mut out, &event(EventType::Bookmark, true), &json!({}))
+            .event(&mut out, EventType::Bookmark, "20", true, &json!({}))
             .unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "EVENT      RV           RESYNC NAME\n\
              MODIFIED   20           -      ns/a\n\
-             DELETED    20           yes    ns/a\n\
+             ADDED      20           yes    ns/a\n\
              BOOKMARK   20           end    (re-sync unit complete)\n"
         );
         let mut out = Vec::new();
         let mut json = Printer::new(Format::Json);
-        json.event(&mut out, &event(EventType::Deleted, true), &cm)
+        json.event(&mut out, EventType::Added, "20", true, &cm)
             .unwrap();
-        json.event(&mut out, &event(EventType::Added, false), &cm)
+        json.event(&mut out, EventType::Added, "21", false, &cm)
             .unwrap();
         let docs: Vec<Value> = String::from_utf8(out)
             .unwrap()
