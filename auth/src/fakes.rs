@@ -5,8 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use futures::future::BoxFuture;
 
-use super::{
-    Attributes, AuthError, Identity,
+use crate::{
+    access::Access,
+    attributes::{Attributes, Verb},
+    authn::{self, Authenticator},
+    authz::{self, Authorizer},
+    budget,
+    error::AuthError,
+    identity::Identity,
     reviews::{AccessReviewer, AccessVerdict, TokenReviewer, TokenVerdict},
 };
 
@@ -91,7 +97,7 @@ pub const ALLOW_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 pub fn checked(
     tokens: std::sync::Arc<Tokens>,
     accesses: std::sync::Arc<Accesses>,
-) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+) -> (Access, std::sync::Arc<Authenticator>) {
     checked_with(tokens, accesses, TOKEN_TTL, ALLOW_TTL)
 }
 
@@ -101,27 +107,27 @@ pub fn checked_with(
     accesses: std::sync::Arc<Accesses>,
     token_ttl: std::time::Duration,
     allow_ttl: std::time::Duration,
-) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+) -> (Access, std::sync::Arc<Authenticator>) {
     use std::{sync::Arc, time::Duration};
-    let authenticator = Arc::new(super::Authenticator::new(
+    let authenticator = Arc::new(Authenticator::new(
         tokens,
         Vec::new(),
-        super::authn::TokenCacheTtl {
+        authn::TokenCacheTtl {
             success: token_ttl,
             failure: Duration::from_secs(5),
         },
-        super::budget::ReviewBudget::new(super::budget::ReviewLimits::default()),
+        budget::ReviewBudget::new(budget::ReviewLimits::default()),
     ));
-    let authorizer = Arc::new(super::Authorizer::new(
+    let authorizer = Arc::new(Authorizer::new(
         accesses,
-        super::authz::DecisionCacheTtl {
+        authz::DecisionCacheTtl {
             allowed: allow_ttl,
             denied: Duration::from_secs(5),
         },
         authenticator.counters().clone(),
     ));
     (
-        super::Access::checked(authorizer, authenticator.clone()),
+        Access::checked(authorizer, authenticator.clone()),
         authenticator,
     )
 }
@@ -129,7 +135,7 @@ pub fn checked_with(
 /// A watch of configmaps in namespace `a`.
 pub fn watch_configmaps() -> Attributes {
     Attributes {
-        verb: super::Verb::Watch,
+        verb: Verb::Watch,
         group: String::new(),
         version: "v1".into(),
         resource: "configmaps".into(),
