@@ -110,6 +110,11 @@ pub struct Args {
     /// in the same run and tables.
     #[arg(long)]
     baseline_bin: Option<PathBuf>,
+    /// With `--baseline-bin`, rounds of the steady case's kube-fanout runs
+    /// for both builds, in turn (baseline then this build, then the other
+    /// way round, ...), so that both meet the same machine load.
+    #[arg(long, default_value_t = 3)]
+    steady_rounds: usize,
     /// Timed snapshots to one subscriber, one after another on one
     /// connection, in the herd case.
     #[arg(long, default_value_t = 9)]
@@ -245,6 +250,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 for watchers in bench.args.watchers.clone() {
                     let (rate, seconds) = (bench.args.rate, bench.args.seconds);
                     tables.push_str(&bench.steady(watchers, rate, seconds).await?);
+                    if bench.args.baseline_bin.is_some() {
+                        tables.push_str(&bench.steady_builds(watchers, rate, seconds).await?);
+                    }
                 }
                 tables
             }
@@ -424,29 +432,66 @@ impl Bench {
             "fanout",
             "floor",
         ] {
-            let result = self
-                .loadgen(
-                    "steady",
-                    &[
-                        "-target".into(),
-                        target.into(),
-                        "-watchers".into(),
-                        watchers.to_string(),
-                        "-rate".into(),
-                        rate.to_string(),
-                        "-seconds".into(),
-                        seconds.to_string(),
-                        // The floor writes what kube-fanout writes per
-                        // event: the object's JSON and a few bytes of
-                        // framing.
-                        "-size".into(),
-                        (self.args.size + 256).to_string(),
-                    ],
-                )
-                .await?;
+            let result = self.steady_run(target, watchers, rate, seconds).await?;
             runs.insert(target, result);
         }
         Ok(steady_table(watchers, rate, seconds, &runs))
+    }
+
+    /// One steady window of the load generator on `target`.
+    async fn steady_run(
+        &self,
+        target: &str,
+        watchers: usize,
+        rate: f64,
+        seconds: f64,
+    ) -> anyhow::Result<Value> {
+        self.loadgen(
+            "steady",
+            &[
+                "-target".into(),
+                target.into(),
+                "-watchers".into(),
+                watchers.to_string(),
+                "-rate".into(),
+                rate.to_string(),
+                "-seconds".into(),
+                seconds.to_string(),
+                // The floor writes what kube-fanout writes per event: the
+                // object's JSON and a few bytes of framing.
+                "-size".into(),
+                (self.args.size + 256).to_string(),
+            ],
+        )
+        .await
+    }
+
+    /// kube-fanout's steady runs (fixed windows and grpc-go's defaults)
+    /// for the `--baseline-bin` build and this one, `--steady-rounds`
+    /// times, alternating which goes first (A B, B A, A B, ...); this
+    /// build is left running.
+    async fn steady_builds(
+        &mut self,
+        watchers: usize,
+        rate: f64,
+        seconds: f64,
+    ) -> anyhow::Result<String> {
+        let baseline = self.args.baseline_bin.clone().context("no --baseline-bin")?;
+        let builds = [baseline, self.fanout_bins[0].clone()];
+        // runs[build][target] holds each round's result.
+        let mut runs: [BTreeMap<&str, Vec<Value>>; 2] = Default::default();
+        for round in 0..self.args.steady_rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for build in order {
+                self.restart_fanout_bin(&builds[build], "v1/configmaps").await?;
+                for target in ["fanout-static", "fanout"] {
+                    let result = self.steady_run(target, watchers, rate, seconds).await?;
+                    runs[build].entry(target).or_default().push(result);
+                }
+            }
+        }
+        self.restart_fanout(0, "v1/configmaps").await?;
+        Ok(builds_table(watchers, rate, seconds, &builds, &runs))
     }
 
     /// The restart herd: the API server's three ways to list (each on a
@@ -747,6 +792,74 @@ fn steady_table(watchers: usize, rate: f64, seconds: f64, runs: &BTreeMap<&str, 
         down(baseline, 2),
         runs["none"]["writes"]
     );
+    out
+}
+
+/// kube-fanout's own CPU per delivery in a steady run, in µs (NaN when
+/// the run did not complete).
+fn fanout_per_delivery(run: &Value) -> f64 {
+    if run["error"].is_string() {
+        return f64::NAN;
+    }
+    cpu(run, "kube-fanout") / run["delivered"].as_f64().unwrap_or(f64::NAN) * 1e6
+}
+
+/// The median of unsorted `xs`, NaN if any is (a run that did not
+/// complete has no figure, and no median is made without it).
+fn median_of(xs: &[f64]) -> f64 {
+    if xs.iter().any(|x| x.is_nan()) {
+        return f64::NAN;
+    }
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    median(&sorted)
+}
+
+/// The two builds' steady runs side by side: each round's CPU per
+/// delivery, the medians, and this build's median over the baseline's.
+fn builds_table(
+    watchers: usize,
+    rate: f64,
+    seconds: f64,
+    builds: &[PathBuf; 2],
+    runs: &[BTreeMap<&str, Vec<Value>>; 2],
+) -> String {
+    let mut out = format!(
+        "\n### Two builds, {watchers} watchers, {rate} writes/s for {seconds} s, in turn\n\n\
+         baseline: `{}`; this build: `{}`. kube-fanout's own CPU per delivery, each round's, in the order run \
+         (rounds alternate which build goes first).\n\n\
+         | watchers' windows | baseline, each round (µs) | this build, each round (µs) | median baseline | median this build | this / baseline |\n\
+         |---|---|---|---|---|---|\n",
+        builds[0].display(),
+        builds[1].display()
+    );
+    for (target, label) in [("fanout-static", "fixed"), ("fanout", "grpc-go's default")] {
+        let per_round = |build: usize| -> Vec<f64> {
+            runs[build]
+                .get(target)
+                .map(|rs| rs.iter().map(fanout_per_delivery).collect())
+                .unwrap_or_default()
+        };
+        let (before, after) = (per_round(0), per_round(1));
+        let list = |xs: &[f64]| {
+            xs.iter()
+                .map(|x| down(*x, 2))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (m0, m1) = (median_of(&before), median_of(&after));
+        out += &format!(
+            "| {label} | {} | {} | {} | {} | {} |\n",
+            list(&before),
+            list(&after),
+            down(m0, 2),
+            down(m1, 2),
+            // Rounded up, so the ratio never reads better than measured
+            // (the epsilon keeps 1.25 from becoming 1.251 through
+            // 1.2500000001).
+            format!("{:.3}", ((m1 / m0) * 1000.0 - 1e-9).ceil() / 1000.0)
+        );
+    }
     out
 }
 
@@ -1069,6 +1182,33 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-6
+    }
+
+    fn steady(cpu_s: f64, delivered: u64) -> Value {
+        json!({"delivered": delivered, "procs": {"kube-fanout": {"cpu_s": cpu_s}}})
+    }
+
+    #[test]
+    fn two_builds_are_compared_by_their_median_cpu_per_delivery() {
+        // Baseline rounds: 20, 30, 10 µs (median 20); this build's: 21,
+        // 25, 100 µs (median 25): the outlier moves neither median.
+        let rounds = |cpus: [f64; 3]| -> BTreeMap<&'static str, Vec<Value>> {
+            let runs: Vec<Value> = cpus.iter().map(|c| steady(*c, 100_000)).collect();
+            BTreeMap::from([("fanout-static", runs.clone()), ("fanout", runs)])
+        };
+        let table = builds_table(
+            100,
+            100.0,
+            10.0,
+            &[PathBuf::from("old"), PathBuf::from("new")],
+            &[rounds([2.0, 3.0, 1.0]), rounds([2.1, 2.5, 10.0])],
+        );
+        assert!(
+            table.contains("| fixed | 20.00, 30.00, 10.00 | 21.00, 25.00, 100.00 | 20.00 | 25.00 | 1.250 |"),
+            "{table}"
+        );
+        assert!(close(median_of(&[4.0, 1.0, 3.0, 2.0]), 2.5));
+        assert!(median_of(&[1.0, f64::NAN]).is_nan());
     }
 
     /// perf's counts are seconds of CPU at its frequency, paired by round

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument, info};
 
 use kube_fanout_core::{
     reflector_status::{Phase, ReflectorStatus},
@@ -49,6 +49,16 @@ pub use self::{
     open_watch::OpenWatch,
     state::{State, SyncPoint},
 };
+
+/// The span of one request phase of the reflector of `gvr`, from the
+/// resourceVersion `from`. `otel.kind` marks it as one of the operations
+/// the server's trace export sends (a root of its own trace: the task's
+/// `reflector` span, which lives as long as the process, is not sent).
+macro_rules! phase_span {
+    ($name:literal, $gvr:expr, $from:expr) => {
+        tracing::info_span!($name, otel.kind = "internal", resource = %$gvr, from = %$from)
+    };
+}
 
 mod backoff;
 mod config;
@@ -106,14 +116,33 @@ impl Reflector {
         }
     }
 
-    /// Performs one state and returns the next.
+    /// Performs one state and returns the next. Each request phase runs in
+    /// a span of its own (what the exported traces show, see the server's
+    /// `traces`): `list`, `watch_list`, and `watch` for as long as a watch
+    /// is followed, its events applied inside it without a span each.
     pub async fn step(&mut self, state: State) -> State {
+        // The store's own handle, so that its resource can be read while
+        // the phase holds the context.
+        let store = Arc::clone(&self.context.store);
+        let gvr = &store.resource().gvr;
         let context = &mut self.context;
         match state {
-            State::WatchList(point) => watch_list::step(context, point).await,
-            State::List(point) => list::step(context, point).await,
-            State::Watch(from) => watch::step(context, from).await,
-            State::Follow { open, at } => watch::follow(context, open, at).await,
+            State::WatchList(point) => {
+                let span = phase_span!("watch_list", gvr, point.rewatch_from());
+                watch_list::step(context, point).instrument(span).await
+            }
+            State::List(point) => {
+                let span = phase_span!("list", gvr, point.relist_from());
+                list::step(context, point).instrument(span).await
+            }
+            State::Watch(from) => {
+                let span = phase_span!("watch", gvr, from);
+                watch::step(context, from).instrument(span).await
+            }
+            State::Follow { open, at } => {
+                let span = phase_span!("watch", gvr, at);
+                watch::follow(context, open, at).instrument(span).await
+            }
             State::Backoff { delay, then } => {
                 context.set_phase(Phase::BackingOff);
                 tokio::time::sleep(delay).await;

@@ -569,6 +569,8 @@ impl Config {
             keepalive: self.keepalive(),
             max_connection_age: self.max_connection_age(),
             connections: self.connections(),
+            // The binary's to set: it installs the trace export.
+            request_spans: false,
         }
     }
 }

@@ -25,6 +25,7 @@ use tracing::{Instrument, info_span};
 use crate::{
     error::{ServeError, Tasks},
     options::ServerOptions,
+    request_spans::RequestSpansLayer,
 };
 
 /// What the gRPC listener serves, besides the options.
@@ -81,7 +82,10 @@ impl Grpc {
             // `kube_fanout_listener::retire`), and with them the connection.
             builder = builder.max_connection_age(age.0);
         }
+        // Outermost, so that the call's span covers its authentication.
+        let spans = options.request_spans.then(RequestSpansLayer::default);
         let router = builder
+            .layer(tower::util::option_layer(spans))
             .layer(tower::util::option_layer(self.authenticate))
             .add_service(self.health)
             .add_service(reflection)

@@ -13,8 +13,9 @@
 //! health, [`metrics`] and the gRPC listener. Inside, imports run down:
 //! `server` sits on the others; `config` on `options`, which sits on
 //! `security`; `health` on `grpc` (its HTTP/2 bounds) and `options`, as
-//! `grpc` does; `metrics` on `security`; each of them on `error`, which
-//! sits on the lower crates alone.
+//! `grpc` does; `grpc` on `request_spans`; `metrics` on `security`; each
+//! of them on `error`, which sits on the lower crates alone. [`traces`],
+//! the OTLP export the binary installs, stands beside them.
 
 pub mod config;
 mod discovery;
@@ -24,5 +25,7 @@ mod health;
 pub mod metrics;
 pub mod options;
 mod reflectors;
+mod request_spans;
 pub mod security;
 pub mod server;
+pub mod traces;

@@ -3,11 +3,11 @@
 
 use anyhow::Context;
 use clap::Parser;
-use kube_fanout::{config::Config, server};
+use kube_fanout::{config::Config, server, traces::Traces};
 use kube_fanout_auth::reviews::ReviewClient;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, layer::SubscriberExt as _, util::SubscriberInitExt as _};
 
 /// jemalloc rather than the system allocator, for memory per idle
 /// subscriber: each connection holds buffers that stay mostly unwritten
@@ -24,7 +24,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    init_logging(config.log_json);
+    let traces = Traces::from_env()?;
+    init_logging(config.log_json, traces.as_ref());
     let kube_config = kube_config(&config).await?;
     let client = kube::Client::try_from(kube_config.clone())?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -32,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let cancel = CancellationToken::new();
     let mut options = config.options();
+    options.request_spans = traces.is_some();
     if let Some(auth) = &mut options.security.auth {
         // The same config, a connection pool of its own.
         auth.review_client = Some(ReviewClient(kube::Client::try_from(kube_config)?));
@@ -45,19 +47,25 @@ async fn main() -> anyhow::Result<()> {
         }
         .instrument(tracing::info_span!("signals")),
     );
-    running.wait().await?;
-    Ok(())
+    let outcome = running.wait().await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    Ok(outcome?)
 }
 
-fn init_logging(json: bool) {
+/// Logs to stderr, as `RUST_LOG` filters them; with `traces`, the spans
+/// it exports go through the same filter.
+fn init_logging(json: bool, traces: Option<&Traces>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(traces.map(Traces::layer));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     if json {
-        builder.json().init();
+        registry.with(logs.json()).init();
     } else {
-        builder.init();
+        registry.with(logs).init();
     }
 }
 

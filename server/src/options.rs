@@ -47,4 +47,8 @@ pub struct ServerOptions {
     /// Bounds on connections and what each may carry, on the gRPC and
     /// the health listener alike (each counted apart).
     pub connections: ConnectionLimits,
+    /// Whether each gRPC call gets a span, a child of the caller's W3C
+    /// trace context (set when traces are exported, see
+    /// [`crate::traces`]; off, nothing is added per call).
+    pub request_spans: bool,
 }

@@ -61,6 +61,7 @@ impl Fanout {
             keepalive: Keepalive::default(),
             max_connection_age: None,
             connections: ConnectionLimits::default(),
+            request_spans: false,
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await

@@ -4,7 +4,7 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Stdio,
+    process::{ExitStatus, Stdio},
     time::Duration,
 };
 
@@ -60,14 +60,26 @@ impl FanoutProcess {
     /// ports, and the kubeconfig set), logging into the control plane's
     /// directory, and waits until it is ready.
     pub async fn serving(binary: &Path, cp: &ControlPlane, args: &[&str]) -> Result<Self> {
-        let addr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        Self::serving_with_env(binary, cp, args, &[]).await
+    }
+
+    /// [`FanoutProcess::serving`] with `env` set in its environment too.
+    pub async fn serving_with_env(
+        binary: &Path,
+        cp: &ControlPlane,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let mut command = Command::new(binary);
         command
+            .envs(env.iter().copied())
             .args(args)
             .arg(format!("--listen={addr}"))
             .arg(format!("--metrics-listen=127.0.0.1:{}", free_port()?))
             .arg(format!("--kubeconfig={}", cp.kubeconfig.display()));
-        let mut server = Self::spawn(command, addr, cp.dir().join("kube-fanout.log"))?;
+        let log = cp.dir().join(format!("kube-fanout-{}.log", addr.port()));
+        let mut server = Self::spawn(command, addr, log)?;
         server.wait_serving(READINESS_SERVICE).await?;
         Ok(server)
     }
@@ -109,10 +121,41 @@ impl FanoutProcess {
         waited.with_context(|| format!("kube-fanout's log:\n{}", self.log_tail()))
     }
 
+    /// Sends SIGTERM, as the kubelet does, and waits up to `within` for a
+    /// clean exit (it is killed if it outlives that).
+    pub async fn terminate(self, within: Duration) -> Result<()> {
+        let tail = self.log_tail();
+        match terminate(self.child, within).await? {
+            Some(exit) if exit.success() => Ok(()),
+            Some(exit) => bail!("kube-fanout exited with {exit}:\n{tail}"),
+            None => bail!("kube-fanout still running {within:?} after SIGTERM:\n{tail}"),
+        }
+    }
+
     /// The last lines of its log, for failure messages.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+/// Sends SIGTERM to `child` and waits up to `within` for it to exit: its
+/// exit status, or `None` if it outlived that (it is killed then).
+pub async fn terminate(mut child: Child, within: Duration) -> Result<Option<ExitStatus>> {
+    let pid = child.id().context("already reaped")?;
+    // `Child::wait` closes stdin, which is the tie that kills a tied
+    // program (`controlplane::tied_command`): hold it until it exited.
+    let _tie = child.stdin.take();
+    let killed = std::process::Command::new("kill")
+        .args(["-s", "TERM", &pid.to_string()])
+        .status()?;
+    anyhow::ensure!(killed.success(), "kill -s TERM {pid}");
+    match tokio::time::timeout(within, child.wait()).await {
+        Ok(exit) => Ok(Some(exit?)),
+        Err(_) => {
+            child.kill().await?;
+            Ok(None)
+        }
     }
 }

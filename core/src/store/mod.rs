@@ -237,8 +237,24 @@ impl Store {
     /// reflector is the only writer, so the map cannot change meanwhile),
     /// and the unit is written in chunks, so neither the walk over every
     /// object nor a large unit stalls readers.
+    ///
+    /// It runs in a `relist` span (the resource, the objects listed, the
+    /// RV, whether it is the first, and after the comparison the changes
+    /// and unchanged objects), and the unit in a `unit` span inside it:
+    /// what the server's exported traces show of a relist.
     pub fn replace(&self, objects: Vec<Object>, rv: ResourceVersion) {
-        if self.ring.lock().floor.is_none() {
+        let first = self.ring.lock().floor.is_none();
+        let span = tracing::info_span!(
+            "relist",
+            resource = %self.resource().gvr,
+            objects = objects.len(),
+            %rv,
+            first,
+            changes = tracing::field::Empty,
+            unchanged = tracing::field::Empty,
+        );
+        let _entered = span.enter();
+        if first {
             self.objects.clear();
             for object in objects {
                 self.objects.insert(object.key.clone(), Arc::new(object));
@@ -253,6 +269,8 @@ impl Store {
             return;
         }
         let (mut changes, unchanged) = difference(&self.objects, objects, &self.probes);
+        span.record("changes", changes.len());
+        span.record("unchanged", unchanged.len());
         // Any order is exact (the unit is applied whole); key order makes
         // the stream easy to read and to test.
         changes.sort_by(|a, b| a.1.key.cmp(&b.1.key));
@@ -262,6 +280,7 @@ impl Store {
 
     /// Writes a relist's difference as one re-sync unit at `rv`.
     fn publish_unit(&self, changes: Vec<Change>, rv: ResourceVersion) {
+        let _span = tracing::info_span!("unit", changes = changes.len(), %rv).entered();
         let mut ring = self.ring.lock();
         ring.relists += 1;
         let before = ring.resource_version;

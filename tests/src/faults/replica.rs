@@ -18,6 +18,7 @@ use tokio::process::Child;
 use crate::{
     controlplane::{free_port, spawn},
     eventually::{Look, eventually},
+    process::terminate,
 };
 
 /// How long a replica may take to sync after it starts.
@@ -73,30 +74,18 @@ impl Replica {
     /// for the process to exit; how long it took, or an error if it was not
     /// running or outlived `within` (it is then killed).
     pub async fn terminate(&mut self, within: Duration) -> Result<Duration> {
-        let mut child = self.child.take().context("not running")?;
-        let pid = child.id().context("already reaped")?;
-        // `Child::wait` closes stdin, which is the tie that kills the
-        // program (`controlplane::tied_command`): hold it until it exited.
-        let _tie = child.stdin.take();
+        let child = self.child.take().context("not running")?;
         let sent = tokio::time::Instant::now();
-        let killed = std::process::Command::new("kill")
-            .args(["-s", "TERM", &pid.to_string()])
-            .status()?;
-        anyhow::ensure!(killed.success(), "kill -s TERM {pid}");
-        match tokio::time::timeout(within, child.wait()).await {
-            Ok(exit) => {
-                let exit = exit?;
+        match terminate(child, within).await? {
+            Some(exit) => {
                 anyhow::ensure!(exit.success(), "replica {} exited with {exit}", self.name);
                 Ok(sent.elapsed())
             }
-            Err(_) => {
-                child.kill().await?;
-                bail!(
-                    "replica {} still running {within:?} after SIGTERM:\n{}",
-                    self.name,
-                    self.log_tail()
-                )
-            }
+            None => bail!(
+                "replica {} still running {within:?} after SIGTERM:\n{}",
+                self.name,
+                self.log_tail()
+            ),
         }
     }
 
