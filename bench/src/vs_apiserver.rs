@@ -476,14 +476,19 @@ impl Bench {
         rate: f64,
         seconds: f64,
     ) -> anyhow::Result<String> {
-        let baseline = self.args.baseline_bin.clone().context("no --baseline-bin")?;
+        let baseline = self
+            .args
+            .baseline_bin
+            .clone()
+            .context("no --baseline-bin")?;
         let builds = [baseline, self.fanout_bins[0].clone()];
         // runs[build][target] holds each round's result.
         let mut runs: [BTreeMap<&str, Vec<Value>>; 2] = Default::default();
         for round in 0..self.args.steady_rounds {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for build in order {
-                self.restart_fanout_bin(&builds[build], "v1/configmaps").await?;
+                self.restart_fanout_bin(&builds[build], "v1/configmaps")
+                    .await?;
                 for target in ["fanout-static", "fanout"] {
                     let result = self.steady_run(target, watchers, rate, seconds).await?;
                     runs[build].entry(target).or_default().push(result);
@@ -1204,7 +1209,9 @@ mod tests {
             &[rounds([2.0, 3.0, 1.0]), rounds([2.1, 2.5, 10.0])],
         );
         assert!(
-            table.contains("| fixed | 20.00, 30.00, 10.00 | 21.00, 25.00, 100.00 | 20.00 | 25.00 | 1.250 |"),
+            table.contains(
+                "| fixed | 20.00, 30.00, 10.00 | 21.00, 25.00, 100.00 | 20.00 | 25.00 | 1.250 |"
+            ),
             "{table}"
         );
         assert!(close(median_of(&[4.0, 1.0, 3.0, 2.0]), 2.5));
