@@ -19,13 +19,13 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::{
-    AuthError, Identity,
-    budget::{Exceeded, ReviewBudget},
+use crate::{
+    budget::ReviewBudget,
     cache::TtlCache,
     counters::{AuthCounters, Check, Outcome},
     credential::{instant_of, jwt_expiry},
-    fmt_time,
+    error::{AuthError, Exceeded, fmt_time},
+    identity::Identity,
     reviews::{TokenReviewer, TokenVerdict},
 };
 

@@ -1,17 +1,19 @@
 //! Accesses checked with SubjectAccessReview, answers cached like the API
 //! server's webhook authorizer: allowed for the allow TTL, denied for the
 //! deny TTL. The allow TTL also bounds how long an open watch outlives a
-//! revocation (see [`Grant::guard`](super::Grant::guard)).
+//! revocation (see [`Grant::guard`](crate::access::Grant::guard)).
 
 use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{
-    Attributes, AuthError, Identity,
+use crate::{
+    attributes::Attributes,
     audit::{AuditLog, Decision, RequestAudit, Target},
     cache::TtlCache,
     counters::{AccessOutcome, AuthCounters, Check},
+    error::AuthError,
+    identity::Identity,
     reviews::{AccessReviewer, AccessVerdict, NonResourceAttributes, NonResourceReviewer},
 };
 
@@ -205,7 +207,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        Access,
+        access::Access,
         audit::AuditLevel,
         fakes::{self, ALLOW_TTL, Accesses as Fake, watch_configmaps},
     };

@@ -25,7 +25,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::AuthError;
+use crate::error::{AuthError, Exceeded};
 
 /// Most sources whose budgets are tracked at once.
 const MAX_SOURCES: u64 = 65_536;
@@ -75,15 +75,6 @@ impl Default for ReviewLimits {
             },
         }
     }
-}
-
-/// Which bound refused a review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exceeded {
-    /// The source's own (its address).
-    Source(String),
-    /// The total one, shared by every source.
-    Total,
 }
 
 /// tokio's clock for governor, so that rate limits follow paused time in

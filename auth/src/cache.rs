@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 /// How long past its expiry an answer stays in memory, as a multiple of its
 /// TTL: the fetch that replaces it is shown it (an accepted token asked
-/// again is not a stranger's; see [`Authenticator`](super::Authenticator)).
+/// again is not a stranger's; see [`Authenticator`](crate::authn::Authenticator)).
 const STALE_GRACE: u32 = 2;
 
 /// An answer, how long it holds and until when.

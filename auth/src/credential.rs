@@ -40,7 +40,7 @@ impl std::fmt::Debug for Credential {
 /// The credential of a request and when it must be checked again (a
 /// token's cached answer expires, a certificate's notAfter); put into the
 /// request's extensions by the authentication layer next to the
-/// [`Identity`](super::Identity).
+/// [`Identity`](crate::identity::Identity).
 #[derive(Debug, Clone)]
 pub struct Presented {
     /// The credential.

@@ -5,8 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use futures::future::BoxFuture;
 
-use super::{
-    Attributes, AuthError, Identity,
+use crate::{
+    access::Access,
+    attributes::{Attributes, Verb},
+    authn::{self, Authenticator},
+    authz::{self, Authorizer},
+    budget,
+    error::AuthError,
+    identity::Identity,
     reviews::{AccessReviewer, AccessVerdict, TokenReviewer, TokenVerdict},
 };
 
@@ -100,7 +106,7 @@ pub const ALLOW_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 pub fn checked(
     tokens: std::sync::Arc<Tokens>,
     accesses: std::sync::Arc<Accesses>,
-) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+) -> (Access, std::sync::Arc<Authenticator>) {
     checked_with(tokens, accesses, TOKEN_TTL, ALLOW_TTL)
 }
 
@@ -110,7 +116,7 @@ pub fn checked_with(
     accesses: std::sync::Arc<Accesses>,
     token_ttl: std::time::Duration,
     allow_ttl: std::time::Duration,
-) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+) -> (Access, std::sync::Arc<Authenticator>) {
     audited(tokens, accesses, token_ttl, allow_ttl, Default::default())
 }
 
@@ -120,22 +126,22 @@ pub fn audited(
     accesses: std::sync::Arc<Accesses>,
     token_ttl: std::time::Duration,
     allow_ttl: std::time::Duration,
-    audit: super::audit::AuditLog,
-) -> (super::Access, std::sync::Arc<super::Authenticator>) {
+    audit: crate::audit::AuditLog,
+) -> (Access, std::sync::Arc<Authenticator>) {
     use std::{sync::Arc, time::Duration};
-    let authenticator = Arc::new(super::Authenticator::new(
+    let authenticator = Arc::new(Authenticator::new(
         tokens,
         Vec::new(),
-        super::authn::TokenCacheTtl {
+        authn::TokenCacheTtl {
             success: token_ttl,
             failure: Duration::from_secs(5),
         },
-        super::budget::ReviewBudget::new(super::budget::ReviewLimits::default()),
+        budget::ReviewBudget::new(budget::ReviewLimits::default()),
     ));
     let authorizer = Arc::new(
-        super::Authorizer::new(
+        Authorizer::new(
             accesses,
-            super::authz::DecisionCacheTtl {
+            authz::DecisionCacheTtl {
                 allowed: allow_ttl,
                 denied: Duration::from_secs(5),
             },
@@ -144,7 +150,7 @@ pub fn audited(
         .with_audit(audit),
     );
     (
-        super::Access::checked(authorizer, authenticator.clone()),
+        Access::checked(authorizer, authenticator.clone()),
         authenticator,
     )
 }
@@ -152,7 +158,7 @@ pub fn audited(
 /// A watch of configmaps in namespace `a`.
 pub fn watch_configmaps() -> Attributes {
     Attributes {
-        verb: super::Verb::Watch,
+        verb: Verb::Watch,
         group: String::new(),
         version: "v1".into(),
         resource: "configmaps".into(),

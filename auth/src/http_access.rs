@@ -12,9 +12,9 @@ use std::sync::Arc;
 use http::{HeaderMap, StatusCode};
 use tonic::{Code, Status};
 
-use super::{
-    AuthError, Authenticator, Identity, authz::NonResourceAuthorizer, layer::bearer_token,
-    reviews::NonResourceAttributes,
+use crate::{
+    authn::Authenticator, authz::NonResourceAuthorizer, error::AuthError, identity::Identity,
+    layer::bearer_token, reviews::NonResourceAttributes,
 };
 
 /// Checks HTTP requests' bearer tokens and their access to a path.

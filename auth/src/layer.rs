@@ -2,7 +2,7 @@
 //! calling (a verified client certificate mapped as the API server maps it,
 //! see [`super::x509`], else a bearer token checked with TokenReview) and
 //! puts the [`Identity`] into the request's
-//! extensions, where [`Access::authorize`](super::Access::authorize) finds
+//! extensions, where [`Access::authorize`](crate::access::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
 //! checks stay open so that probes need no credentials; an authenticated
 //! request marks its connection as having proved who it is (see
@@ -20,9 +20,11 @@ use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
 use tonic::Status;
 use tower::{Layer, Service};
 
-use super::{
-    AuthError, Authenticator, Credential, Identity, Presented,
-    credential::{self, instant_of},
+use crate::{
+    authn::Authenticator,
+    credential::{self, Credential, Presented, instant_of},
+    error::AuthError,
+    identity::Identity,
     x509::{CertificateUser, NoUser, certificate_user},
 };
 use kube_fanout_listener::conn::ConnInfo;

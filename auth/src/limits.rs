@@ -6,7 +6,7 @@ use std::{fmt, net::IpAddr, sync::Arc};
 
 use dashmap::DashMap;
 
-use super::{AuthError, Identity};
+use crate::{error::AuthError, identity::Identity};
 use kube_fanout_core::quote::quote;
 use kube_fanout_listener::conn::ConnInfo;
 

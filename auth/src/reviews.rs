@@ -15,7 +15,12 @@ use k8s_openapi::api::{
 };
 use kube::api::{Api, PostParams};
 
-use super::{Attributes, AuthError, Identity, quote, with_authenticated_group};
+use crate::{
+    attributes::Attributes,
+    error::AuthError,
+    identity::{Identity, with_authenticated_group},
+    quote::quote,
+};
 
 /// The API server's answer about a token: who holds it, or why it is not
 /// accepted.
@@ -259,7 +264,7 @@ impl NonResourceReviewer for KubeReviews {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AUTHENTICATED_GROUP;
+    use crate::identity::AUTHENTICATED_GROUP;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
         UserInfo {

@@ -6,7 +6,7 @@
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::{AuthError, budget::Exceeded};
+use crate::error::{AuthError, Exceeded};
 
 impl From<AuthError> for Status {
     fn from(err: AuthError) -> Self {

@@ -26,7 +26,10 @@
 
 use std::fmt;
 
-use super::{Identity, with_authenticated_group};
+use crate::{
+    identity::{Identity, with_authenticated_group},
+    quote::quote,
+};
 
 /// The extra key the API server puts a credential's ID under.
 pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
@@ -288,7 +291,7 @@ fn parse_name(name: &[u8], part: Part) -> Result<Vec<(&[u8], String)>, Certifica
             let value =
                 go_string(value_tag, value).map_err(|fault| CertificateError::Attribute {
                     part,
-                    oid: super::quote(&dotted),
+                    oid: quote(&dotted),
                     fault,
                 })?;
             attributes.push((oid, value));
@@ -391,7 +394,7 @@ fn bmp(value: &[u8]) -> Result<String, ValueFault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AUTHENTICATED_GROUP;
+    use crate::identity::AUTHENTICATED_GROUP;
 
     /// One DER element (lengths of any size, in their shortest form).
     fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {

@@ -114,7 +114,7 @@ enum Command {
     Dispatch(dispatch::DispatchArgs),
     /// kube-fanout against the real kube-apiserver, every watcher on its
     /// own connection (issue 11; see `vs_apiserver`).
-    VsApiserver(vs_apiserver::Args),
+    VsApiserver(Box<vs_apiserver::Args>),
 }
 
 #[derive(clap::Args, Clone)]
@@ -191,7 +191,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(dispatch::dispatch(args))
         }
         Some(Command::VsApiserver(args)) => {
-            tokio::runtime::Runtime::new()?.block_on(vs_apiserver::run(args))
+            tokio::runtime::Runtime::new()?.block_on(vs_apiserver::run(*args))
         }
         None => {
             let (mut naive, mut fanout) = (Vec::new(), Vec::new());

@@ -3,15 +3,10 @@
 
 use std::sync::Arc;
 
-use tonic::{
-    Streaming,
-    codec::CompressionEncoding,
-    service::interceptor::InterceptedService,
-    transport::{Channel, Endpoint},
-};
+use tonic::{Streaming, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::{
-    config::ClientConfig,
+    config::{ClientConfig, Settings},
     error::ClientError,
     proto::{
         GetRequest, GetResponse, ListRequest, ListResourcesRequest, ListResourcesResponse,
@@ -26,24 +21,29 @@ pub type GrpcClient = KubeFanoutClient<InterceptedService<Channel, BearerToken>>
 /// Largest message accepted: one object of a big type can be megabytes.
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
-/// What every clone of a client shares: the addresses and what each
-/// call carries.
-#[derive(Debug)]
-struct Shared {
-    endpoints: Vec<Endpoint>,
-    token: BearerToken,
-    compression: Option<CompressionEncoding>,
+/// The gRPC client on `channel`, with the token and the limits.
+fn grpc_client(settings: &Settings, channel: Channel) -> GrpcClient {
+    let client = KubeFanoutClient::with_interceptor(channel, settings.token.clone())
+        .max_decoding_message_size(MAX_MESSAGE);
+    match settings.compression {
+        Some(encoding) => client.accept_compressed(encoding),
+        None => client,
+    }
 }
 
-impl Shared {
-    /// The gRPC client on `channel`, with the token and the limits.
-    fn client(&self, channel: Channel) -> GrpcClient {
-        let client = KubeFanoutClient::with_interceptor(channel, self.token.clone())
-            .max_decoding_message_size(MAX_MESSAGE);
-        match self.compression {
-            Some(encoding) => client.accept_compressed(encoding),
-            None => client,
-        }
+// Here rather than in config.rs, so that the settings know nothing of the
+// connection made from them (config.rs is the layer below this one).
+impl ClientConfig {
+    /// Checks the settings and returns a client that connects on first use.
+    pub fn build(self) -> Result<Client, ClientError> {
+        Ok(Client::lazy(self.settings()?))
+    }
+
+    /// Connects to the first address that answers.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let mut client = self.build()?;
+        client.connect_first().await?;
+        Ok(client)
     }
 }
 
@@ -51,24 +51,17 @@ impl Shared {
 /// list. Cloning is cheap; clones share the settings.
 #[derive(Debug, Clone)]
 pub struct Client {
-    shared: Arc<Shared>,
+    shared: Arc<Settings>,
     current: usize,
     grpc: GrpcClient,
 }
 
 impl Client {
-    /// A client for `endpoints` that connects to the first on first use.
-    pub(crate) fn lazy(
-        endpoints: Vec<Endpoint>,
-        token: BearerToken,
-        compression: Option<CompressionEncoding>,
-    ) -> Self {
-        let shared = Arc::new(Shared {
-            endpoints,
-            token,
-            compression,
-        });
-        let grpc = shared.client(shared.endpoints[0].connect_lazy());
+    /// A client for `settings` that connects to the first address on first
+    /// use.
+    fn lazy(settings: Settings) -> Self {
+        let shared = Arc::new(settings);
+        let grpc = grpc_client(&shared, shared.endpoints[0].connect_lazy());
         Client {
             shared,
             current: 0,
@@ -77,7 +70,7 @@ impl Client {
     }
 
     /// Connects to the first address that answers, in the configured order.
-    pub(crate) async fn connect_first(&mut self) -> Result<(), ClientError> {
+    async fn connect_first(&mut self) -> Result<(), ClientError> {
         self.connect_from(0).await
     }
 
@@ -100,7 +93,7 @@ impl Client {
             match self.shared.endpoints[i].connect().await {
                 Ok(channel) => {
                     self.current = i;
-                    self.grpc = self.shared.client(channel);
+                    self.grpc = grpc_client(&self.shared, channel);
                     return Ok(());
                 }
                 Err(err) => {

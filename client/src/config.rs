@@ -8,7 +8,7 @@ use tonic::{
     transport::{ClientTlsConfig, Endpoint},
 };
 
-use crate::{client::Client, error::ClientError, token::BearerToken};
+use crate::{error::ClientError, token::BearerToken};
 
 /// How long one connection attempt may take before the next address is
 /// tried.
@@ -94,8 +94,9 @@ impl ClientConfig {
         self
     }
 
-    /// Checks the settings and returns a client that connects on first use.
-    pub fn build(self) -> Result<Client, ClientError> {
+    /// Checks the settings and loads the token: what
+    /// [`build`](Self::build) makes a client of.
+    pub(crate) fn settings(self) -> Result<Settings, ClientError> {
         if self.addresses.is_empty() {
             return Err(ClientError::NoAddress);
         }
@@ -112,15 +113,24 @@ impl ClientConfig {
             Some(Credential::File(path)) => BearerToken::from_file(path)?,
             None => BearerToken::default(),
         };
-        Ok(Client::lazy(endpoints, token, self.compression))
+        Ok(Settings {
+            endpoints,
+            token,
+            compression: self.compression,
+        })
     }
+}
 
-    /// Connects to the first address that answers.
-    pub async fn connect(self) -> Result<Client, ClientError> {
-        let mut client = self.build()?;
-        client.connect_first().await?;
-        Ok(client)
-    }
+/// Checked settings: the addresses and what each call carries. Every clone
+/// of a client shares one.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The servers, in order of preference; never empty.
+    pub(crate) endpoints: Vec<Endpoint>,
+    /// Sent with every call.
+    pub(crate) token: BearerToken,
+    /// What the server is asked to compress with.
+    pub(crate) compression: Option<CompressionEncoding>,
 }
 
 fn endpoint(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, ClientError> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kube_fanout_core::object::ResourceVersion;
 
-use crate::watch::OpenWatch;
+use crate::open_watch::OpenWatch;
 
 /// What the reflector has synced to: where the next LIST or watch-list
 /// starts. client-go keeps this as `lastSyncResourceVersion` and

@@ -16,10 +16,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use tower_test::mock::{Handle, SendResponse};
 
 use super::*;
-use crate::{list::Paging, watch::VERY_SHORT_WATCH, watch_list::differences};
+use crate::{
+    config::MIN_WATCH_TIMEOUT, open_watch::VERY_SHORT_WATCH, paging::Paging,
+    watch_list::differences,
+};
 use kube_fanout_core::{
     fixtures::configmaps,
-    object::{Transform, TypeMeta},
+    object::{Object, ResourceVersion, Transform, TypeMeta},
+    reflector_status::Phase,
 };
 
 type MockBody = BoxBody<Bytes, std::io::Error>;

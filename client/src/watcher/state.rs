@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::{
-    Change, WatchError,
+    change::{Change, WatchError},
     held::{Held, Unit},
     recovery::{Failure, Recovery},
     source::{EventStream, Source},

@@ -11,13 +11,16 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube_fanout_proto::CONNECTION_RETIRED;
 use kube_runtime::reflector::store::Writer;
 use tokio::time::Instant;
-use tonic::Code;
+use tonic::{Code, Status};
 
 use super::{
     source::{EventStream, Source},
     *,
 };
-use crate::proto::{EventType, ResourceRef, WatchEvent};
+use crate::{
+    error::ClientError,
+    proto::{EventType, ResourceRef, WatchEvent},
+};
 
 /// One `Watch` call's answer.
 enum Session {

@@ -30,12 +30,17 @@ async fn the_first_list_is_at_rv_0_and_the_watch_starts_at_its_rv_with_bookmarks
     assert_eq!(keys(&store), ["ns/a", "ns/b"]);
     assert_eq!(store.head().resource_version, ResourceVersion(12));
     assert_eq!(
-        reflector.status.lock().last_sync_resource_version,
+        reflector.context.status.lock().last_sync_resource_version,
         Some(ResourceVersion(12))
     );
     // The freshness gauge's timestamp: set by the list, the event and the
     // bookmark (the wall clock, so only that it is recent is checked).
-    let at = reflector.status.lock().last_upstream_at.expect("set");
+    let at = reflector
+        .context
+        .status
+        .lock()
+        .last_upstream_at
+        .expect("set");
     assert!(
         at.elapsed().unwrap_or_default() < Duration::from_secs(60),
         "{at:?}"
@@ -73,7 +78,10 @@ async fn a_relist_asks_for_the_last_synced_rv_unpaged_and_after_expired_relists_
         matches!(next_state, State::Watch(ResourceVersion(60))),
         "a successful list is the sync point, no longer unavailable: {next_state:?}"
     );
-    assert_eq!(reflector.status.lock().last_list_from.as_deref(), Some(""));
+    assert_eq!(
+        reflector.context.status.lock().last_list_from.as_deref(),
+        Some("")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -130,9 +138,9 @@ async fn a_paginated_answer_to_rv_0_means_no_watch_cache_so_later_lists_keep_pag
     );
     send.send_response(full(200, list(12, &[cm("b", 6)], "")));
     let reflector = run.await.unwrap();
-    assert_eq!(reflector.paging, Paging::NoWatchCache);
+    assert_eq!(reflector.context.paging, Paging::NoWatchCache);
     assert_eq!(
-        reflector.status.lock().last_list_requests,
+        reflector.context.status.lock().last_list_requests,
         1,
         "the relist fitted one page"
     );
@@ -236,7 +244,7 @@ async fn a_paginated_answer_to_rv_empty_does_not_turn_paging_on_for_later_relist
         "etcd paged the RV \"\" list; the watch cache may still serve this one"
     );
     send.send_response(full(200, list(51, &[], "")));
-    assert_eq!(run.await.unwrap().paging, Paging::WatchCache);
+    assert_eq!(run.await.unwrap().context.paging, Paging::WatchCache);
 }
 
 #[tokio::test(start_paused = true)]
@@ -257,8 +265,8 @@ async fn an_expired_continue_token_after_rv_0_still_counts_as_paginated() {
     );
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
     let reflector = run.await.unwrap();
-    assert_eq!(reflector.paging, Paging::NoWatchCache);
-    assert_eq!(reflector.status.lock().last_list_requests, 3);
+    assert_eq!(reflector.context.paging, Paging::NoWatchCache);
+    assert_eq!(reflector.context.status.lock().last_list_requests, 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -274,7 +282,11 @@ async fn a_list_slower_than_ten_seconds_is_logged_with_its_steps() {
             send.send_response(full(200, list(10, &[cm("a", 5)], "")));
         };
         list_state = relist(tokio::join!(step, answer).0);
-        assert_eq!(reflector.status.lock().slow_syncs, slow, "after {delay:?}");
+        assert_eq!(
+            reflector.context.status.lock().slow_syncs,
+            slow,
+            "after {delay:?}"
+        );
     }
     let traces: Vec<String> = logs
         .at(tracing::Level::INFO)
@@ -307,7 +319,7 @@ async fn a_one_page_answer_to_rv_0_keeps_later_relists_unpaged() {
     assert_eq!(query["resourceVersion"], "10");
     assert_eq!(query.get("limit"), None, "served by the watch cache");
     send.send_response(full(200, list(11, &[cm("a", 5)], "")));
-    assert_eq!(run.await.unwrap().paging, Paging::WatchCache);
+    assert_eq!(run.await.unwrap().context.paging, Paging::WatchCache);
 }
 
 /// A LIST answered as a `meta.k8s.io/v1` Table (what a server sends when
@@ -334,7 +346,7 @@ async fn a_table_answer_to_a_list_is_an_error_to_back_off_on_never_an_empty_list
     );
     assert_eq!(keys(&store), ["ns/a", "ns/b"], "nothing was deleted");
     assert_eq!(store.head().resource_version, ResourceVersion(10));
-    let error = reflector.status.lock().last_error.clone().unwrap();
+    let error = reflector.context.status.lock().last_error.clone().unwrap();
     assert!(
         error.contains("meta.k8s.io/v1 Table") && error.contains("v1 ConfigMapList"),
         "{error}"

@@ -9,13 +9,16 @@ async fn watch_timeouts_are_drawn_from_min_to_twice_min_and_min_is_never_below_f
         min_watch_timeout: Duration::from_secs(10),
         ..list_watch()
     });
-    assert_eq!(reflector.config.min_watch_timeout, MIN_WATCH_TIMEOUT);
+    assert_eq!(
+        reflector.context.config.min_watch_timeout,
+        MIN_WATCH_TIMEOUT
+    );
     let (reflector, _, _) = setup(ReflectorConfig {
         min_watch_timeout: Duration::from_secs(1000),
         ..list_watch()
     });
     let drawn: Vec<u64> = (0..200)
-        .map(|_| reflector.watch_timeout().parse().unwrap())
+        .map(|_| crate::watch::timeout(&reflector.context).parse().unwrap())
         .collect();
     assert!(drawn.iter().all(|t| (1000..2000).contains(t)), "{drawn:?}");
     assert!(
@@ -285,13 +288,14 @@ async fn an_unknown_event_type_without_a_retry_window_backs_off_and_relists_from
     assert!(relists(&state), "{state:?}");
     assert!(
         reflector
+            .context
             .status
             .lock()
             .last_error
             .as_deref()
             .is_some_and(|e| e.contains(r#"unknown watch event type "SURPRISE""#)),
         "{:?}",
-        reflector.status.lock().last_error
+        reflector.context.status.lock().last_error
     );
     let step = async {
         let list = reflector.step(state).await;

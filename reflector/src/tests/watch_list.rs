@@ -51,7 +51,7 @@ async fn watch_list_fills_a_temporary_store_replaces_at_the_end_bookmark_and_kee
         "deleted during the initial events (gone) and after them (a)"
     );
     assert_eq!(store.head().resource_version, ResourceVersion(9));
-    let status = reflector.status.lock().clone();
+    let status = reflector.context.status.lock().clone();
     assert_eq!(
         (status.watch_lists, status.lists, status.watches),
         (1, 0, 1),
@@ -77,7 +77,7 @@ async fn a_refused_watch_list_falls_back_to_list_and_watch() {
     ));
     let (reflector, next_state) = run.await.unwrap();
     assert!(matches!(next_state, State::List(_)), "{next_state:?}");
-    let last_error = reflector.status.lock().last_error.clone();
+    let last_error = reflector.context.status.lock().last_error.clone();
     assert!(
         last_error
             .as_deref()
@@ -236,7 +236,7 @@ async fn a_slow_watch_list_is_logged_with_its_steps() {
     };
     let (state, _tx) = tokio::join!(step, answer);
     assert!(matches!(state, State::Follow { .. }), "{state:?}");
-    assert_eq!(reflector.status.lock().slow_syncs, 1);
+    assert_eq!(reflector.context.status.lock().slow_syncs, 1);
     let info = logs.at(tracing::Level::INFO);
     assert!(
         info.iter()

@@ -1,0 +1,134 @@
+//! Why a caller was turned away: every refusal of this crate, with a
+//! message that names the fault (service/src/error.rs maps each to a gRPC
+//! status).
+
+use std::time::{Duration, SystemTime};
+
+use crate::{attributes::Attributes, quote::quote, x509};
+
+/// Why a caller was turned away.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuthError {
+    /// No bearer token and no verified client certificate.
+    #[error(
+        "no credentials: send a bearer token in the authorization header (`authorization: Bearer <token>`) or a client certificate"
+    )]
+    MissingCredentials,
+    /// A client certificate the API server would refuse (its TLS handshake
+    /// fails there): refused whatever else the request carries.
+    #[error("the client certificate is refused, as the API server refuses it: {0}")]
+    CertificateRefused(#[from] x509::CertificateError),
+    /// A client certificate that names no user, and no bearer token.
+    #[error(
+        "the client certificate names no user ({0}), as the API server reads it, and no bearer token was sent"
+    )]
+    CertificateWithoutUser(x509::NoUser),
+    /// An authorization header that is not `Bearer <token>`.
+    #[error("the authorization header is not of the form `Bearer <token>`")]
+    MalformedHeader,
+    /// An authorization header too large to be a token.
+    #[error("the authorization header is {size} bytes; at most {max} are accepted")]
+    HeaderTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The API server did not accept the token.
+    #[error("the bearer token was not accepted: {0}")]
+    InvalidToken(String),
+    /// The token a watch was opened with is no longer accepted (its
+    /// ServiceAccount, pod or secret deleted, or it expired).
+    #[error("the bearer token this watch was opened with is no longer accepted: {0}")]
+    TokenRevoked(String),
+    /// The token now names another user than the watch was opened for.
+    #[error("the bearer token this watch was opened with now names another identity")]
+    IdentityChanged,
+    /// A verified client certificate whose notAfter cannot be read.
+    #[error("the client certificate's validity (notAfter) cannot be read")]
+    CertificateUnreadable,
+    /// The client certificate's validity ended.
+    #[error("the client certificate expired at {} (its notAfter)", fmt_time(*.0))]
+    CertificateExpired(SystemTime),
+    /// Too many TokenReviews asked for, from this source or in total: the
+    /// request is refused without one.
+    #[error(
+        "too many token reviews {}: at most {limit}; retry in {retry_after:?}",
+        match .exceeded { Exceeded::Source(s) => format!("for unknown tokens from {s}"), Exceeded::Total => "for unknown tokens in total".to_owned() }
+    )]
+    Throttled {
+        /// The bound that was hit.
+        exceeded: Exceeded,
+        /// The bound, in words.
+        limit: String,
+        /// When a retry may succeed.
+        retry_after: Duration,
+    },
+    /// The API server answered no.
+    #[error("user {} may not {attributes}{}", kube_fanout_core::quote::quote(.user), reason_suffix(.reason))]
+    Denied {
+        /// Who asked.
+        user: String,
+        /// What they asked.
+        attributes: Box<Attributes>,
+        /// The authorizer's reason, if it gave one.
+        reason: String,
+    },
+    /// The API server answered no for a non-resource URL (`/metrics`).
+    #[error("user {user:?} may not {verb} {path}{}", reason_suffix(.reason))]
+    NonResourceDenied {
+        /// Who asked.
+        user: String,
+        /// The verb (`get`).
+        verb: &'static str,
+        /// The path.
+        path: &'static str,
+        /// The authorizer's reason, if it gave one.
+        reason: String,
+    },
+    /// A TokenReview or SubjectAccessReview could not be made, so nothing
+    /// is allowed (fail closed).
+    #[error("cannot verify the request: {review} failed: {message}")]
+    Unavailable {
+        /// Which review.
+        review: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// A per-caller limit was reached.
+    #[error("{caller} already has {open} {what} open, the most allowed per caller")]
+    LimitExceeded {
+        /// Who ([`limits::Caller`], displayed with bounded quoting).
+        caller: String,
+        /// Watches or initial snapshots.
+        what: &'static str,
+        /// How many it has open.
+        open: usize,
+    },
+}
+
+/// A wall-clock time as seconds since the Unix epoch (RFC 3339 would need
+/// a calendar crate for one message).
+pub(crate) fn fmt_time(at: SystemTime) -> String {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => format!("{}s after the Unix epoch", since.as_secs()),
+        Err(_) => "a time before the Unix epoch".to_owned(),
+    }
+}
+
+fn reason_suffix(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", quote(reason))
+    }
+}
+
+/// Which bound of the review budget ([`crate::budget`]) refused a review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exceeded {
+    /// The source's own (its address).
+    Source(String),
+    /// The total one, shared by every source.
+    Total,
+}
