@@ -304,6 +304,29 @@ impl ControlPlane {
         self.dir.path().join("kubeconfig-extra")
     }
 
+    /// How many requests for `resource` (say `tokenreviews`) the API
+    /// server has answered, whatever their verb and code: the sum of its
+    /// own `apiserver_request_total` series for it.
+    pub async fn requests_answered(&self, resource: &str) -> Result<u64> {
+        let metrics = self
+            .client
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await?;
+        let wanted = format!("resource=\"{resource}\"");
+        let mut total = 0.0;
+        for line in metrics
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&wanted))
+        {
+            total += line
+                .rsplit(' ')
+                .next()
+                .context("a sample value")?
+                .parse::<f64>()?;
+        }
+        Ok(total as u64)
+    }
+
     /// A client of the API server that authenticates with `token`.
     pub fn client_with_token(&self, token: &str) -> Result<kube::Client> {
         let mut config = kube::Config::new(self.server_url.parse()?);

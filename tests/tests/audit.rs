@@ -26,22 +26,6 @@ use tonic::Code;
 /// The allow TTL: how long the revoked watch outlives its RoleBinding.
 const ALLOW_TTL: Duration = Duration::from_secs(3);
 
-/// The SubjectAccessReviews the API server has answered, from its own
-/// metrics.
-async fn subject_access_reviews(cp: &ControlPlane) -> Result<u64> {
-    let metrics = cp
-        .client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
-    let mut total = 0.0;
-    for line in metrics.lines().filter(|l| {
-        l.starts_with("apiserver_request_total{") && l.contains("resource=\"subjectaccessreviews\"")
-    }) {
-        total += line.rsplit(' ').next().context("a value")?.parse::<f64>()?;
-    }
-    Ok(total as u64)
-}
-
 /// The sum of kube-fanout's counter `name` over its labels.
 async fn counter(fanout: &Fanout, name: &str) -> Result<BTreeMap<String, u64>> {
     let metrics = http_get(fanout.metrics_addr.context("metrics")?, "/metrics").await?;
@@ -138,7 +122,7 @@ async fn the_audit_log_has_one_line_per_review_made_and_per_watch_end_and_no_tok
         },
         ..Security::default()
     };
-    let reviews_before = subject_access_reviews(&cp).await?;
+    let reviews_before = cp.requests_answered("subjectaccessreviews").await?;
     let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
         o.security = security;
     })
@@ -207,7 +191,7 @@ async fn the_audit_log_has_one_line_per_review_made_and_per_watch_end_and_no_tok
             |lines| lines.iter().filter(|l| l["stage"] == "StreamEnd").count() >= 2,
         )
         .await?;
-    let reviews = subject_access_reviews(&cp).await? - reviews_before;
+    let reviews = cp.requests_answered("subjectaccessreviews").await? - reviews_before;
     let counted: u64 = counter(&fanout, "kube_fanout_access_reviews_total")
         .await?
         .values()

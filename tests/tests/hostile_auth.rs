@@ -85,22 +85,6 @@ async fn secure_fanout(cp: &ControlPlane, adjust: impl FnOnce(&mut AuthOptions))
     Ok(fanout)
 }
 
-/// The TokenReviews the API server has answered, from its own metrics.
-async fn tokenreviews(cp: &ControlPlane) -> Result<u64> {
-    let metrics = cp
-        .client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
-    let mut total = 0.0;
-    for line in metrics.lines().filter(|l| {
-        l.starts_with("apiserver_request_total{") && l.contains("resource=\"tokenreviews\"")
-    }) {
-        let value = line.rsplit(' ').next().context("a sample value")?;
-        total += value.parse::<f64>()?;
-    }
-    Ok(total as u64)
-}
-
 /// A Role reading configmaps in `namespace`, bound to `subject`.
 async fn grant_reader(
     admin: &kube::Client,
@@ -353,7 +337,7 @@ async fn flood_phase(
     let pace = Pace::Every(Duration::from_secs(1) * callers / FLOOD_RATE);
     let names = (0..WRITES).map(|i| format!("{name}-{i}")).collect();
     let reader = tokio::spawn(arrivals(watch, names));
-    let before = tokenreviews(cp).await?;
+    let before = cp.requests_answered("tokenreviews").await?;
     let started = Instant::now();
     let floods: Vec<_> = sources
         .iter()
@@ -365,7 +349,7 @@ async fn flood_phase(
         outcomes.add(f.await??);
     }
     let took = started.elapsed();
-    let reviews = tokenreviews(cp).await? - before;
+    let reviews = cp.requests_answered("tokenreviews").await? - before;
     let (watch, arrived) = reader.await??;
     let delays = Delays::new(
         written
