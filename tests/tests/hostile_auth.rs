@@ -545,10 +545,11 @@ const FLOOD_RATE: u32 = 400;
 /// waiting behind the flood's reviews: once the API server throttles
 /// kube-fanout, its reflector's watch stalls for seconds. What a flood
 /// does add is CPU on the cores kube-fanout shares with the attackers and
-/// the API server (measured on a shared 2-core machine at a load of 13-15:
-/// kube-fanout's part p99 4-25 ms without a flood, 16-80 ms under one
-/// source's or eight sources', in no stable order; the README has the
-/// figures). A refusal that blocked a worker for 5 ms took it past 1 s.
+/// the API server (measured on a 2-core machine shared with other builds,
+/// load 11-15: kube-fanout's part p99 2.9-35.9 ms without a flood,
+/// 15.6-79.7 ms under one source's, 17.8-87.5 ms under eight sources';
+/// the README has the figures). A refusal made to block its worker
+/// thread for 5 ms took it to 274 ms under eight sources' flood.
 const FLOOD_P99_SLACK: Duration = Duration::from_millis(250);
 
 /// Fails if kube-fanout's part of the subscriber's p99 under a flood is
