@@ -547,7 +547,7 @@ const FLOOD_RATE: u32 = 400;
 /// does add is CPU on the cores kube-fanout shares with the attackers and
 /// the API server (measured on a 2-core machine shared with other builds,
 /// load 11-15: kube-fanout's part p99 2.9-35.9 ms without a flood,
-/// 15.6-79.7 ms under one source's, 17.8-87.5 ms under eight sources';
+/// 15.6-84.9 ms under one source's, 17.8-87.5 ms under eight sources';
 /// the README has the figures). A refusal made to block its worker
 /// thread for 5 ms took it to 274 ms under eight sources' flood.
 const FLOOD_P99_SLACK: Duration = Duration::from_millis(250);
