@@ -133,19 +133,38 @@ impl Authenticator {
             .as_ref()
             .try_into()
             .expect("SHA-256 is 32 bytes");
+        let held = self.cache.peek(&key).await;
+        if let Some((verdict, expires)) = &held
+            && *expires > Instant::now()
+        {
+            let identity = verdict.clone().map_err(AuthError::InvalidToken)?;
+            return Ok(Authenticated {
+                identity,
+                expires: *expires,
+            });
+        }
+        // A request the budget would refuse is refused here, before the
+        // cache's per-key compute (under a flood of garbage tokens that
+        // compute, for a key no one else asks for, was most of what
+        // authenticating cost kube-fanout's CPU). The same check as in
+        // the compute below, which still decides: this one draws nothing.
+        if let Asker::Request(source) = asker
+            && !matches!(held, Some((Ok(_), _)))
+            && let Some(refused) = self.budget.refuses(source)
+        {
+            self.count_throttled(&refused);
+            return Err(refused);
+        }
         let (verdict, expires) = self
             .cache
             .get_or_fetch(&key, |stale| async move {
                 let known_good = matches!(stale, Some(Ok(_)));
                 let _admitted = match asker {
-                    Asker::Request(source) if !known_good => {
-                        Some(self.budget.admit(source).inspect_err(|err| {
-                            if let AuthError::Throttled { exceeded, .. } = err {
-                                self.counters
-                                    .throttled(matches!(exceeded, Exceeded::Source(_)));
-                            }
-                        })?)
-                    }
+                    Asker::Request(source) if !known_good => Some(
+                        self.budget
+                            .admit(source)
+                            .inspect_err(|err| self.count_throttled(err))?,
+                    ),
                     _ => None,
                 };
                 let verdict = self
@@ -166,6 +185,14 @@ impl Authenticator {
             .await?;
         let identity = verdict.map_err(AuthError::InvalidToken)?;
         Ok(Authenticated { identity, expires })
+    }
+
+    /// Counts a refusal by the budget.
+    fn count_throttled(&self, err: &AuthError) {
+        if let AuthError::Throttled { exceeded, .. } = err {
+            self.counters
+                .throttled(matches!(exceeded, Exceeded::Source(_)));
+        }
     }
 
     /// The success TTL, cut short at the token's `exp` if it has one.
@@ -263,6 +290,42 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         authn.authenticate("garbage-999", SOURCE).await.unwrap_err();
         assert_eq!(fake.calls.load(Ordering::SeqCst), 4);
+    }
+
+    /// A request over the budget is refused at once, before the cache's
+    /// per-key compute: not even a review of the same token in flight
+    /// holds it up (inside the compute, it would wait for that review).
+    #[tokio::test(start_paused = true)]
+    async fn a_request_over_the_budget_is_refused_before_the_cache_is_asked() {
+        let fake = Arc::new(Fake::default());
+        *fake.takes.lock().unwrap() = Duration::from_secs(1);
+        let one_at_once = Bound {
+            concurrency: NonZeroU32::new(1).unwrap(),
+            ..tight().total
+        };
+        let authn = Arc::new(authenticator(
+            fake.clone(),
+            ReviewLimits {
+                per_source: one_at_once,
+                total: one_at_once,
+            },
+        ));
+        let in_flight = tokio::spawn({
+            let authn = authn.clone();
+            async move { authn.authenticate("garbage", SOURCE).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(
+            fake.calls.load(Ordering::SeqCst),
+            1,
+            "the review is in flight"
+        );
+        let asked = Instant::now();
+        let err = authn.authenticate("garbage", SOURCE).await.unwrap_err();
+        assert!(matches!(err, AuthError::Throttled { .. }), "{err}");
+        assert_eq!(asked.elapsed(), Duration::ZERO, "held up by the review");
+        let first = in_flight.await.unwrap().unwrap_err();
+        assert!(matches!(first, AuthError::InvalidToken(_)), "{first}");
     }
 
     #[tokio::test(start_paused = true)]

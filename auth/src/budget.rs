@@ -12,7 +12,15 @@
 //! a source pushed out early only gets a fresh per-source budget, and the
 //! total bound still holds.
 
-use std::{net::IpAddr, num::NonZeroU32, sync::Arc, time::Duration};
+use std::{
+    net::IpAddr,
+    num::NonZeroU32,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use governor::{
     Quota, RateLimiter,
@@ -100,6 +108,10 @@ struct Budget {
     bound: Bound,
     rate: Rate,
     slots: Arc<Semaphore>,
+    /// Until when (nanoseconds on the budget's clock) its rate refuses
+    /// every review: what the last refusal by rate said, kept so that
+    /// [`ReviewBudget::refuses`] can answer without drawing from it.
+    empty_until: AtomicU64,
 }
 
 impl Budget {
@@ -111,28 +123,51 @@ impl Budget {
                 clock,
             ),
             slots: Arc::new(Semaphore::new(bound.concurrency.get() as usize)),
+            empty_until: AtomicU64::new(0),
+        }
+    }
+
+    /// Why [`Budget::take`] would refuse now, without taking anything: no
+    /// slot free, or the rate empty until a later instant than now.
+    fn refuses(&self, clock: &TokioClock, who: &Exceeded) -> Option<AuthError> {
+        if self.slots.available_permits() == 0 {
+            return Some(self.over_concurrency(who));
+        }
+        let now = clock.now();
+        let until = Duration::from_nanos(self.empty_until.load(Ordering::Relaxed));
+        (until > now).then(|| self.over_rate(who, until - now))
+    }
+
+    fn over_concurrency(&self, who: &Exceeded) -> AuthError {
+        AuthError::Throttled {
+            exceeded: who.clone(),
+            limit: format!("{} at once", self.bound.concurrency),
+            retry_after: CONCURRENCY_RETRY,
+        }
+    }
+
+    fn over_rate(&self, who: &Exceeded, retry_after: Duration) -> AuthError {
+        AuthError::Throttled {
+            exceeded: who.clone(),
+            limit: format!("{}/s, bursts of {}", self.bound.rate, self.bound.burst),
+            retry_after,
         }
     }
 
     /// A slot, or how long to wait for one. The rate is drawn from only
     /// once a slot is had, so that a refused request spends nothing.
     fn take(&self, clock: &TokioClock, who: &Exceeded) -> Result<OwnedSemaphorePermit, AuthError> {
-        let throttled = |limit: String, retry_after: Duration| AuthError::Throttled {
-            exceeded: who.clone(),
-            limit,
-            retry_after,
-        };
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-            throttled(
-                format!("{} at once", self.bound.concurrency),
-                CONCURRENCY_RETRY,
-            )
-        })?;
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| self.over_concurrency(who))?;
         self.rate.check().map_err(|not_until| {
-            throttled(
-                format!("{}/s, bursts of {}", self.bound.rate, self.bound.burst),
-                not_until.wait_time_from(clock.now()),
-            )
+            let now = clock.now();
+            let wait = not_until.wait_time_from(now);
+            let until = u64::try_from((now + wait).as_nanos()).unwrap_or(u64::MAX);
+            self.empty_until.fetch_max(until, Ordering::Relaxed);
+            self.over_rate(who, wait)
         })?;
         Ok(slot)
     }
@@ -180,6 +215,24 @@ impl ReviewBudget {
                 .time_to_idle(SOURCE_IDLE)
                 .build(),
         }
+    }
+
+    /// Why [`ReviewBudget::admit`] would refuse `source` now, found without
+    /// drawing from any bound: a request that would be refused can be
+    /// refused before anything else is done for it (the decision cache's
+    /// per-key compute costs more than the refusal). `None` does not
+    /// promise that `admit` succeeds, only that it is worth asking.
+    pub fn refuses(&self, source: Option<IpAddr>) -> Option<AuthError> {
+        if let Some(ip) = source {
+            let key = source_of(ip);
+            if let Some(budget) = self.sources.get(&key)
+                && let Some(refused) =
+                    budget.refuses(&self.clock, &Exceeded::Source(key.to_string()))
+            {
+                return Some(refused);
+            }
+        }
+        self.total.refuses(&self.clock, &Exceeded::Total)
     }
 
     /// Leave for one review on behalf of `source` (unknown: only the total
@@ -291,6 +344,39 @@ mod tests {
             })
             .count();
         assert_eq!(admitted, 10, "then the total rate");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_admit_would_refuse_is_known_without_drawing_from_the_bounds() {
+        let budget = ReviewBudget::new(limits());
+        assert!(budget.refuses(Some(A)).is_none(), "a new source");
+        for _ in 0..4 {
+            assert!(budget.refuses(Some(A)).is_none());
+            drop(budget.admit(Some(A)).unwrap());
+        }
+        // The burst is spent; the refusal by rate says until when.
+        budget.admit(Some(A)).unwrap_err();
+        for _ in 0..100 {
+            let (who, wait) = retry_after(budget.refuses(Some(A)).expect("refused"));
+            assert_eq!(who, Exceeded::Source("10.0.0.1".into()));
+            assert_eq!(wait, Duration::from_millis(500));
+        }
+        // Asking took nothing: the rate refills on time, and B is not held
+        // to A's bound.
+        assert!(budget.refuses(Some(B)).is_none());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(budget.refuses(Some(A)).is_none());
+        let _a = budget.admit(Some(A)).unwrap();
+        // Concurrency: with all total slots held, every source is refused.
+        let _b1 = budget.admit(Some(B)).unwrap();
+        let _b2 = budget.admit(Some(B)).unwrap();
+        let (who, wait) = retry_after(budget.refuses(Some(B)).expect("refused"));
+        assert_eq!(
+            (who, wait),
+            (Exceeded::Source("10.0.0.2".into()), CONCURRENCY_RETRY)
+        );
+        let (who, _) = retry_after(budget.refuses(None).expect("refused"));
+        assert_eq!(who, Exceeded::Total);
     }
 
     #[test]

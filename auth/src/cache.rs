@@ -96,6 +96,16 @@ where
         }
     }
 
+    /// The answer held for `key` and when it expires (or expired: an
+    /// expired answer is held a while, see [`STALE_GRACE`]), without
+    /// fetching anything.
+    pub async fn peek(&self, key: &K) -> Option<(V, Instant)> {
+        self.entries
+            .get(key)
+            .await
+            .map(|held| (held.value, held.expires))
+    }
+
     /// The cached answer for `key` and when it expires, or the result of
     /// `fetch` (an answer and how long it holds), cached on success.
     /// `fetch` is shown the expired answer it replaces, if still held.

@@ -26,6 +26,8 @@ pub struct Tokens {
     pub down: AtomicBool,
     /// Good tokens are no longer accepted.
     pub revoked: AtomicBool,
+    /// Each review takes this long (on tokio's clock) before it answers.
+    pub takes: std::sync::Mutex<std::time::Duration>,
 }
 
 impl TokenReviewer for Tokens {
@@ -36,6 +38,8 @@ impl TokenReviewer for Tokens {
     ) -> BoxFuture<'a, Result<TokenVerdict, AuthError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
+            let takes = *self.takes.lock().expect("not poisoned");
+            tokio::time::sleep(takes).await;
             if self.down.load(Ordering::SeqCst) {
                 return Err(AuthError::Unavailable {
                     review: "TokenReview",

@@ -16,12 +16,14 @@ use std::{
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine;
+use futures::{StreamExt, stream::BoxStream};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::{
     authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
     core::v1::{Container, Pod, PodSpec, ServiceAccount},
     rbac::v1::{RoleBinding, Subject},
 };
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent as ApiEvent, WatchParams};
 use kube_fanout::security::{AuthOptions, Security};
 use kube_fanout_auth::{
     authn::TokenCacheTtl,
@@ -177,8 +179,14 @@ static ATTACKER: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyL
 enum Pace {
     /// Each as fast as its answers come.
     Flat,
-    /// Each one request per period.
-    Every(Duration),
+    /// Each one request per `period`, the flood's callers spread evenly
+    /// over it: of `callers` in all, this flood's are numbered from
+    /// `first`.
+    Every {
+        period: Duration,
+        first: usize,
+        callers: usize,
+    },
 }
 
 /// `workers` callers on one connection from `source`, each sending Lists
@@ -200,8 +208,13 @@ async fn flood(
             let mut i = 0u64;
             let mut ticks = match pace {
                 Pace::Flat => None,
-                Pace::Every(every) => {
-                    let mut ticks = tokio::time::interval(every);
+                Pace::Every {
+                    period,
+                    first,
+                    callers,
+                } => {
+                    let offset = period * (first + worker) as u32 / callers as u32;
+                    let mut ticks = tokio::time::interval_at(Instant::now() + offset, period);
                     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     Some(ticks)
                 }
@@ -243,21 +256,84 @@ async fn flood(
 }
 
 /// Creates `count` configmaps named `{prefix}-{i}`, one every `every`,
-/// returning when each create was answered.
+/// returning when each create was answered and how long each took.
 async fn write(
     admin: &kube::Client,
     prefix: &str,
     count: usize,
     every: Duration,
-) -> Result<BTreeMap<String, Instant>> {
+) -> Result<(BTreeMap<String, Instant>, Delays)> {
     let mut written = BTreeMap::new();
+    let mut took = Vec::with_capacity(count);
     for i in 0..count {
         let name = format!("{prefix}-{i}");
+        let sent = Instant::now();
         create_configmap(admin, "a", &name, "v").await?;
-        written.insert(name, Instant::now());
+        let acked = Instant::now();
+        took.push(acked - sent);
+        written.insert(name, acked);
         tokio::time::sleep(every).await;
     }
-    Ok(written)
+    Ok((written, Delays::new(took)))
+}
+
+/// The API server's own watch of configmaps in "a", on a connection of its
+/// own (`client`), opened from the namespace's current resourceVersion:
+/// when each of `expected` reached it. Where the reflector's watch gets
+/// the same events, so the subscriber's delay splits at this point into
+/// the API server's part (write to here) and kube-fanout's (here to the
+/// subscriber).
+async fn upstream_watch(
+    client: kube::Client,
+) -> Result<BoxStream<'static, kube::Result<ApiEvent<ConfigMap>>>> {
+    let api: Api<ConfigMap> = Api::namespaced(client, "a");
+    let list = api.list_metadata(&ListParams::default().limit(1)).await?;
+    let rv = list
+        .metadata
+        .resource_version
+        .context("no resourceVersion")?;
+    Ok(api.watch(&WatchParams::default(), &rv).await?.boxed())
+}
+
+/// Reads an [`upstream_watch`] until it has seen every name in `expected`,
+/// recording when each arrived.
+async fn upstream_arrivals(
+    mut watch: BoxStream<'static, kube::Result<ApiEvent<ConfigMap>>>,
+    expected: Vec<String>,
+) -> Result<BTreeMap<String, Instant>> {
+    let mut seen = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < expected.len() {
+        let event = tokio::time::timeout_at(deadline, watch.next())
+            .await
+            .context("the API server's events stopped coming")?
+            .context("the API server's watch ended")??;
+        let ApiEvent::Added(cm) = event else { continue };
+        let name = cm.metadata.name.unwrap_or_default();
+        if expected.contains(&name) {
+            seen.entry(name).or_insert_with(Instant::now);
+        }
+    }
+    Ok(seen)
+}
+
+/// CPU time a process has had, summed over its threads (the
+/// scheduler's own count, in nanoseconds, from `/proc/PID/task/*/schedstat`):
+/// a count the other work on the machine does not inflate, unlike a delay.
+fn cpu_ns(pid: u32) -> Result<u64> {
+    let mut ns = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that ended since the listing has nothing to add.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+            continue;
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .context("empty schedstat")?
+            .parse::<u64>()?;
+    }
+    Ok(ns)
 }
 
 /// Reads `watch` until it has seen every name in `expected`, recording
@@ -313,19 +389,50 @@ impl std::fmt::Display for Delays {
     }
 }
 
+/// The processes whose CPU a phase reports: kube-fanout's, the API
+/// server's, and this test's own (the attackers and the subscriber).
+#[derive(Debug, Clone, Copy)]
+struct Pids {
+    fanout: u32,
+    apiserver: u32,
+}
+
+impl Pids {
+    fn cpu(&self) -> Result<[u64; 3]> {
+        Ok([
+            cpu_ns(self.fanout)?,
+            cpu_ns(self.apiserver)?,
+            cpu_ns(std::process::id())?,
+        ])
+    }
+}
+
+/// What one phase measured of the subscriber: each write's delay from
+/// its create's answer to its arrival, and that delay's two parts, split
+/// where the API server's own watch got the event: the API server's
+/// (write to its watch) and kube-fanout's (its watch to the subscriber).
+#[derive(Debug)]
+struct Phase {
+    outcomes: Outcomes,
+    whole: Delays,
+    api_server: Delays,
+    fanout: Delays,
+}
+
 /// Floods `addr` from `sources` (each with 8 callers, [`FLOOD_RATE`] in
 /// all) for 4 s while
 /// configmaps are written; checks the TokenReviews the API server answered
 /// against `bound` (its burst plus rate × the time it took) and that
-/// `watch` received every write, and gives back how long each took.
+/// `watch` received every write, and gives back how long each took, split
+/// at the API server's own watch (see [`Phase`]).
 async fn flood_phase(
     cp: &ControlPlane,
-    addr: SocketAddr,
+    (addr, pids): (SocketAddr, Pids),
     watch: Streaming<WatchEvent>,
     name: &str,
     sources: &[IpAddr],
     bound: Bound,
-) -> Result<(Streaming<WatchEvent>, Outcomes, Delays)> {
+) -> Result<(Streaming<WatchEvent>, Phase)> {
     const RUN_FOR: Duration = Duration::from_secs(4);
     // Enough writes that the 99th percentile means something, spaced so
     // that all are written while the flood lasts.
@@ -334,39 +441,75 @@ async fn flood_phase(
     const WORKERS: usize = 8;
     // Each caller's period, so that all together send FLOOD_RATE.
     let callers = (sources.len() * WORKERS).max(1) as u32;
-    let pace = Pace::Every(Duration::from_secs(1) * callers / FLOOD_RATE);
-    let names = (0..WRITES).map(|i| format!("{name}-{i}")).collect();
+    let period = Duration::from_secs(1) * callers / FLOOD_RATE;
+    let names: Vec<String> = (0..WRITES).map(|i| format!("{name}-{i}")).collect();
+    let upstream = upstream_watch(client_for(&cp.kubeconfig).await?).await?;
+    let upstream = tokio::spawn(upstream_arrivals(upstream, names.clone()));
     let reader = tokio::spawn(arrivals(watch, names));
     let before = cp.requests_answered("tokenreviews").await?;
+    let cpu_before = pids.cpu()?;
     let started = Instant::now();
     let floods: Vec<_> = sources
         .iter()
-        .map(|s| ATTACKER.spawn(flood(addr, *s, WORKERS, RUN_FOR, pace)))
+        .enumerate()
+        .map(|(i, s)| {
+            let pace = Pace::Every {
+                period,
+                first: i * WORKERS,
+                callers: callers as usize,
+            };
+            ATTACKER.spawn(flood(addr, *s, WORKERS, RUN_FOR, pace))
+        })
         .collect();
-    let written = write(&cp.client, name, WRITES, EVERY).await?;
+    let (written, write_took) = write(&cp.client, name, WRITES, EVERY).await?;
     let mut outcomes = Outcomes::default();
     for f in floods {
         outcomes.add(f.await??);
     }
     let took = started.elapsed();
+    let cpu_after = pids.cpu()?;
     let reviews = cp.requests_answered("tokenreviews").await? - before;
     let (watch, arrived) = reader.await??;
-    let delays = Delays::new(
-        written
-            .iter()
-            .map(|(name, at)| arrived[name].saturating_duration_since(*at))
-            .collect(),
-    );
+    let upstream = upstream.await??;
+    let split = |from: &BTreeMap<String, Instant>, to: &BTreeMap<String, Instant>| {
+        Delays::new(
+            written
+                .keys()
+                .map(|name| to[name].saturating_duration_since(from[name]))
+                .collect(),
+        )
+    };
+    let phase = Phase {
+        whole: split(&written, &arrived),
+        api_server: split(&written, &upstream),
+        fanout: split(&upstream, &arrived),
+        outcomes,
+    };
     let allowed = u64::from(bound.burst.get())
         + (f64::from(bound.rate.get()) * took.as_secs_f64()).ceil() as u64;
+    let cpu = |i: usize| Duration::from_nanos(cpu_after[i] - cpu_before[i]);
+    let per_request = |i: usize| {
+        Duration::from_nanos((cpu_after[i] - cpu_before[i]) / phase.outcomes.requests().max(1))
+    };
+    let outcomes = &phase.outcomes;
     println!(
         "{name}: {} requests from {} source(s) in {took:.2?}: {} reviewed, {} over their source's bound, {} over the total; \
-         the API server answered {reviews} TokenReviews (bound {allowed}); subscriber: {delays}",
+         the API server answered {reviews} TokenReviews (bound {allowed}); \
+         subscriber, write to arrival: {}; write to the API server's own watch: {}; its watch to the subscriber (kube-fanout's part): {}; \
+         the creates took {write_took}; CPU: kube-fanout {:.1?} ({:.1?} a request), API server {:.1?} ({:.1?} a request), test {:.1?}",
         outcomes.requests(),
         sources.len(),
         outcomes.reviewed,
         outcomes.own_bound,
         outcomes.total_bound,
+        phase.whole,
+        phase.api_server,
+        phase.fanout,
+        cpu(0),
+        per_request(0),
+        cpu(1),
+        per_request(1),
+        cpu(2),
     );
     ensure!(outcomes.unexpected.is_empty(), "{:?}", outcomes.unexpected);
     ensure!(
@@ -381,7 +524,7 @@ async fn flood_phase(
         );
         ensure!(outcomes.requests() > 10 * allowed, "{outcomes:?}");
     }
-    Ok((watch, outcomes, delays))
+    Ok((watch, phase))
 }
 
 /// Requests a second the measured floods send, from all their sources
@@ -394,28 +537,37 @@ async fn flood_phase(
 /// the connection bounds are what limit it.)
 const FLOOD_RATE: u32 = 400;
 
-/// The most a flood may add to the subscriber's 99th-percentile delay.
-/// What the bounds must prevent is the subscriber waiting behind the
-/// flood's reviews: once the API server throttles kube-fanout, its
-/// reflector's watch stalls for seconds. What a flood does add is not
-/// nothing (measured on an idle 2-core machine: p99 2.6-3.3 ms without a
-/// flood, 11 ms under one source's, 42-43 ms under eight sources', cause
-/// not found; the README has the figures), and on a machine shared with
-/// other builds it reached 359 ms: the slack is set between the two.
-const FLOOD_P99_SLACK: Duration = Duration::from_millis(500);
+/// The most a flood may add to kube-fanout's part of the subscriber's
+/// 99th-percentile delay (from the API server's own watch getting the
+/// event to the subscriber getting it; see [`Phase`]). The API server's
+/// part is not kube-fanout's: it is reported, not bounded. What the bounds
+/// and the review client of its own must prevent is the subscriber
+/// waiting behind the flood's reviews: once the API server throttles
+/// kube-fanout, its reflector's watch stalls for seconds. What a flood
+/// does add is CPU on the cores kube-fanout shares with the attackers and
+/// the API server (measured on a 2-core machine shared with other builds,
+/// load 11-15: kube-fanout's part p99 2.9-35.9 ms without a flood,
+/// 15.6-84.9 ms under one source's, 17.8-87.5 ms under eight sources';
+/// the README has the figures). A refusal made to block its worker
+/// thread for 5 ms took it to 274 ms under eight sources' flood.
+const FLOOD_P99_SLACK: Duration = Duration::from_millis(250);
 
-/// Fails if the subscriber's p99 under a flood is beyond the larger of the
-/// two floodless phases' p99 plus [`FLOOD_P99_SLACK`].
-fn p99_within_noise(phase: &str, flood: &Delays, quiet: [&Delays; 2]) -> Result<()> {
+/// Fails if kube-fanout's part of the subscriber's p99 under a flood is
+/// beyond the larger of the two floodless phases' plus
+/// [`FLOOD_P99_SLACK`].
+fn p99_within_noise(phase: &str, flood: &Phase, quiet: [&Phase; 2]) -> Result<()> {
     let quiet_p99 = quiet
         .iter()
-        .map(|d| d.quantile(0.99))
+        .map(|p| p.fanout.quantile(0.99))
         .max()
         .unwrap_or_default();
-    let p99 = flood.quantile(0.99);
+    let p99 = flood.fanout.quantile(0.99);
     ensure!(
         p99 <= quiet_p99 + FLOOD_P99_SLACK,
-        "{phase}: the subscriber's p99 was {p99:?} under the flood, against {quiet_p99:?} without one"
+        "{phase}: kube-fanout's part of the subscriber's p99 was {p99:?} under the flood, \
+         against {quiet_p99:?} without one (the whole p99 {:?}, the API server's part {:?})",
+        flood.whole.quantile(0.99),
+        flood.api_server.quantile(0.99),
     );
     Ok(())
 }
@@ -462,6 +614,11 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     )
     .await?;
     let (addr, metrics) = (fanout.addr, fanout.metrics_addr.context("metrics")?);
+    let pids = Pids {
+        fanout: fanout.pid().context("kube-fanout exited")?,
+        apiserver: cp.pids().0.context("the API server exited")?,
+    };
+    let at = (addr, pids);
 
     // A subscriber authenticated before the flood, from the flooding
     // address itself: its token's answer is cached, so the flood's
@@ -470,19 +627,16 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     let mut watch = erin.watch(watch_list("a")).await?;
     read_snapshot(&mut watch).await?;
     // Without a flood, for comparison.
-    let (watch, _, quiet) = flood_phase(&cp, addr, watch, "no-flood", &[], bounds.total).await?;
+    let (watch, quiet) = flood_phase(&cp, at, watch, "no-flood", &[], bounds.total).await?;
 
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let (watch, one, one_delays) = flood_phase(
-        &cp,
-        addr,
-        watch,
-        "one-source",
-        &[loopback],
-        bounds.per_source,
-    )
-    .await?;
-    ensure!(one.own_bound > 0 && one.total_bound == 0, "{one:?}");
+    let (watch, one) =
+        flood_phase(&cp, at, watch, "one-source", &[loopback], bounds.per_source).await?;
+    ensure!(
+        one.outcomes.own_bound > 0 && one.outcomes.total_bound == 0,
+        "{:?}",
+        one.outcomes
+    );
 
     // A new caller from another address is not held up by that flood.
     let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
@@ -506,14 +660,13 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     let sources: Vec<IpAddr> = (3..=10)
         .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
         .collect();
-    let (watch, many, many_delays) =
-        flood_phase(&cp, addr, watch, "many-sources", &sources, bounds.total).await?;
-    ensure!(many.total_bound > 0, "{many:?}");
+    let (watch, many) = flood_phase(&cp, at, watch, "many-sources", &sources, bounds.total).await?;
+    ensure!(many.outcomes.total_bound > 0, "{:?}", many.outcomes);
     // Floodless again: the noise of the machine without a flood.
-    let (_, _, quiet_again) =
-        flood_phase(&cp, addr, watch, "no-flood-again", &[], bounds.total).await?;
-    p99_within_noise("one-source", &one_delays, [&quiet, &quiet_again])?;
-    p99_within_noise("many-sources", &many_delays, [&quiet, &quiet_again])?;
+    let (_, quiet_again) = flood_phase(&cp, at, watch, "no-flood-again", &[], bounds.total).await?;
+    p99_within_noise("one-source", &one, [&quiet, &quiet_again])?;
+    p99_within_noise("many-sources", &many, [&quiet, &quiet_again])?;
+    let (one, many) = (one.outcomes, many.outcomes);
 
     // kube-fanout's own metrics count what the callers saw (the flood
     // between the phases included, so at least).
