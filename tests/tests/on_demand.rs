@@ -662,7 +662,12 @@ async fn the_bound_the_allow_list_and_unknown_types_refuse_as_documented() -> Re
     ensure!(unknown.code() == Code::NotFound, "{unknown:?}");
     ensure!(unknown.message().contains("does not serve"), "{unknown:?}");
     ensure!(
-        metric(&fanout, "kube_fanout_on_demand_refusals_total{reason=\"not_found\"}").await? == 1
+        metric(
+            &fanout,
+            "kube_fanout_on_demand_refusals_total{reason=\"not_found\"}"
+        )
+        .await?
+            == 1
     );
     let mut gadgets = alice
         .grpc()

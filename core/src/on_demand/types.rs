@@ -387,9 +387,8 @@ impl OnDemand {
                 return Some(Stop::Idle);
             }
         }
-        if served.reflector.lock().not_found_since.is_none() {
-            return None;
-        }
+        // Only while every LIST and WATCH is answered 404.
+        served.reflector.lock().not_found_since?;
         let discovered = tokio::select! {
             discovered = tokio::time::timeout(DISCOVERY_TIMEOUT, self.inner.upstream.discover(gvr)) => discovered,
             // Stopping: the reflector ends too, and with it this task.
