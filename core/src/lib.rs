@@ -3,7 +3,8 @@
 //!
 //! It owns the [`object`]s as the cache holds them (with their selectable
 //! [`fields`] and [`projection`]s), label and field [`filter`]s, the
-//! served [`resource`] types and their [`registry`], the event vocabulary
+//! served [`resource`] types, each one [`served`], and their [`registry`]
+//! (configured, and started [`on_demand`]), the event vocabulary
 //! ([`event`]), the per-type [`store`] (ring, history, relist, snapshots),
 //! the [`dispatch`] of events to subscribers, [`subscription`]s, List
 //! [`paging`], the encode-once [`codec`] of Watch events, and the bounded
@@ -23,11 +24,13 @@ pub mod filter;
 pub mod fixtures;
 pub mod names;
 pub mod object;
+pub mod on_demand;
 pub mod paging;
 pub mod projection;
 pub mod quote;
 pub mod reflector_status;
 pub mod registry;
 pub mod resource;
+pub mod served;
 pub mod store;
 pub mod subscription;

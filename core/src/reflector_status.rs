@@ -78,4 +78,8 @@ pub struct ReflectorStatus {
     /// not clear it, so a reflector that may list but not watch (it only
     /// ever relists, and serves ever staler data) stays failing.
     pub failing_since: Option<Instant>,
+    /// Since when every LIST and WATCH has been answered 404 Not Found:
+    /// the API server no longer serves the type (its CRD was deleted),
+    /// or not yet. Cleared by the next one that succeeds.
+    pub not_found_since: Option<Instant>,
 }

@@ -1,160 +1,97 @@
-//! The set of served resource types: each one's store, its reflector's
-//! status and its subscribers (how many are open, and how many watches
-//! ended with which error), looked up by group/version/resource.
+//! The set of served resource types ([`Served`]), looked up by
+//! group/version/resource. The configured types are fixed at start; with
+//! on-demand types on ([`crate::on_demand`]), the others come and go, and
+//! a request finds its type through [`ServedTypes::resolve`].
 
-use std::{
-    collections::BTreeMap,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::{collections::BTreeMap, sync::Arc};
 
-use dashmap::DashMap;
-use parking_lot::Mutex;
-
+pub use crate::served::{InUse, Origin, Served, SubscriberGuard};
 use crate::{
-    paging::Pages,
-    reflector_status::ReflectorStatus,
-    resource::{GroupVersionResource, ResourceType},
-    store::Store,
-    subscription::WatchError,
+    on_demand::{OnDemand, ResolveError},
+    resource::GroupVersionResource,
 };
 
-/// One served resource type.
-#[derive(Debug)]
-pub struct Served {
-    /// Its cache.
-    pub store: Arc<Store>,
-    /// What its reflector is doing.
-    pub reflector: Arc<Mutex<ReflectorStatus>>,
-    /// Lists whose later pages are still expected.
-    pub pages: Pages,
-    subscribers: Arc<Subscribers>,
-}
-
-#[derive(Debug, Default)]
-struct Subscribers {
-    open: AtomicU64,
-    /// Open subscriptions by the namespace they watch (validated names,
-    /// an entry only while one is open), for callers allowed only there.
-    by_namespace: DashMap<String, u64>,
-    /// Watches that ended with an error, by its reason. Rare, so a lock.
-    ended: Mutex<BTreeMap<&'static str, u64>>,
-}
-
-/// Counts one subscriber for as long as it lives.
-#[derive(Debug)]
-pub struct SubscriberGuard {
-    subscribers: Arc<Subscribers>,
-    namespace: String,
-}
-
-impl SubscriberGuard {
-    /// Records that the watch ended with `err`.
-    pub fn ended(&self, err: &WatchError) {
-        *self
-            .subscribers
-            .ended
-            .lock()
-            .entry(err.reason())
-            .or_default() += 1;
-    }
-}
-
-impl Drop for SubscriberGuard {
-    fn drop(&mut self) {
-        self.subscribers.open.fetch_sub(1, Ordering::Relaxed);
-        self.subscribers
-            .by_namespace
-            .remove_if_mut(&self.namespace, |_, n| {
-                *n -= 1;
-                *n == 0
-            });
-    }
-}
-
-impl Served {
-    /// Bundles a store with its reflector's status.
-    pub fn new(store: Arc<Store>, reflector: Arc<Mutex<ReflectorStatus>>) -> Self {
-        Served {
-            store,
-            reflector,
-            pages: Pages::default(),
-            subscribers: Arc::default(),
-        }
-    }
-
-    /// The resource type.
-    pub fn resource(&self) -> &ResourceType {
-        self.store.resource()
-    }
-
-    /// Registers a subscriber of `namespace` (empty: all) until the guard
-    /// drops.
-    pub fn subscriber(&self, namespace: &str) -> SubscriberGuard {
-        self.subscribers.open.fetch_add(1, Ordering::Relaxed);
-        *self
-            .subscribers
-            .by_namespace
-            .entry(namespace.to_owned())
-            .or_default() += 1;
-        SubscriberGuard {
-            subscribers: self.subscribers.clone(),
-            namespace: namespace.to_owned(),
-        }
-    }
-
-    /// Open subscriptions: all of them for `namespace` "", else those
-    /// watching that namespace.
-    pub fn subscribers(&self, namespace: &str) -> u64 {
-        if namespace.is_empty() {
-            self.subscribers.open.load(Ordering::Relaxed)
-        } else {
-            self.subscribers
-                .by_namespace
-                .get(namespace)
-                .map_or(0, |n| *n)
-        }
-    }
-
-    /// How many watches ended with an error, by the error's reason.
-    pub fn watch_errors(&self) -> BTreeMap<&'static str, u64> {
-        self.subscribers.ended.lock().clone()
-    }
-}
-
-/// Every served resource type.
+/// Every served resource type: the configured ones, and the on-demand
+/// ones held now.
 #[derive(Debug, Default)]
 pub struct ServedTypes {
     served: BTreeMap<GroupVersionResource, Arc<Served>>,
+    on_demand: Option<OnDemand>,
 }
 
 impl ServedTypes {
-    /// Adds a resource type.
+    /// Adds a configured resource type.
     pub fn insert(&mut self, served: Served) {
         self.served
             .insert(served.resource().gvr.clone(), Arc::new(served));
     }
 
-    /// Looks a resource type up.
-    pub fn get(&self, gvr: &GroupVersionResource) -> Option<Arc<Served>> {
-        self.served.get(gvr).cloned()
+    /// Serves the types `on_demand` allows besides the configured ones.
+    pub fn with_on_demand(self, on_demand: OnDemand) -> Self {
+        ServedTypes {
+            on_demand: Some(on_demand),
+            ..self
+        }
     }
 
-    /// Every served type, ordered by group/version/resource.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Served>> {
+    /// The on-demand types, if on.
+    pub fn on_demand(&self) -> Option<&OnDemand> {
+        self.on_demand.as_ref()
+    }
+
+    /// A use of `gvr` if it is served now (configured, or an on-demand
+    /// type held), without starting anything.
+    pub fn get(&self, gvr: &GroupVersionResource) -> Option<InUse> {
+        match self.served.get(gvr) {
+            Some(served) => Some(served.in_use()),
+            None => self.on_demand.as_ref()?.get(gvr),
+        }
+    }
+
+    /// A use of `gvr`: a configured type, or an on-demand one, started
+    /// (discovered, its reflector begun) if it is not held yet. Call it
+    /// only for an authorized request: starting a type costs the API
+    /// server a discovery and a list. It returns once the type is held,
+    /// not once it has synced.
+    pub async fn resolve(&self, gvr: &GroupVersionResource) -> Result<InUse, ResolveError> {
+        if let Some(served) = self.served.get(gvr) {
+            return Ok(served.in_use());
+        }
+        match &self.on_demand {
+            Some(on_demand) => on_demand.resolve(gvr).await,
+            None => Err(ResolveError::NotServed(gvr.clone())),
+        }
+    }
+
+    /// The configured types, ordered by group/version/resource: the ones
+    /// readiness follows.
+    pub fn configured(&self) -> impl Iterator<Item = &Arc<Served>> {
         self.served.values()
     }
 
+    /// Every served type now: the configured ones, then the on-demand
+    /// ones held, each ordered by group/version/resource.
+    pub fn iter(&self) -> Vec<Arc<Served>> {
+        let mut all: Vec<_> = self.served.values().cloned().collect();
+        if let Some(on_demand) = &self.on_demand {
+            all.extend(on_demand.held());
+        }
+        all
+    }
+
     /// Ends every open and future watch of every served type with
-    /// `ShuttingDown` (see [`Store::close_subscribers`]).
+    /// `ShuttingDown` (see [`Store::close_subscribers`]); no on-demand
+    /// type starts any more.
     pub fn close_subscribers(&self) {
+        if let Some(on_demand) = &self.on_demand {
+            on_demand.close();
+        }
         self.iter()
+            .iter()
             .for_each(|served| served.store.close_subscribers());
     }
 
-    /// Whether every store has finished its first list.
+    /// Whether every configured store has finished its first list.
     pub fn all_synced(&self) -> bool {
         self.served.values().all(|s| s.store.head().synced)
     }

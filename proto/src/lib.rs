@@ -45,6 +45,12 @@ pub const NOT_SYNCED: &str = "NotSynced";
 /// elsewhere.
 pub const SHUTTING_DOWN: &str = "ShuttingDown";
 
+/// The `ErrorInfo` reason of a Watch ended NOT_FOUND because the API
+/// server no longer serves its type (its CustomResourceDefinition was
+/// deleted): nothing to resume; the type may be served again once it is
+/// back.
+pub const NO_LONGER_SERVED: &str = "NoLongerServed";
+
 /// The `ErrorInfo` reason of a Watch ended because its subscriber fell too
 /// far behind: the client resumes from the resourceVersion the status
 /// carries.

@@ -100,6 +100,9 @@ impl Context {
         status.last_error = Some(err.to_string());
         status.failures += 1;
         status.failing_since.get_or_insert_with(Instant::now);
+        if err.upstream().is_some_and(UpstreamError::is_not_found) {
+            status.not_found_since.get_or_insert_with(Instant::now);
+        }
         State::Backoff {
             delay,
             then: Box::new(then),
@@ -110,6 +113,7 @@ impl Context {
     /// and when it came.
     pub(crate) fn synced_to(&self, rv: ResourceVersion) {
         let mut status = self.status.lock();
+        status.not_found_since = None;
         status.last_sync_resource_version = Some(rv);
         status.last_upstream_at = Some(std::time::SystemTime::now());
     }

@@ -108,6 +108,12 @@ impl UpstreamError {
             && (causes.iter().any(|c| c.message == TOO_LARGE) || s.message.contains(TOO_LARGE))
     }
 
+    /// 404 Not Found: the API server does not serve the type (any more,
+    /// or yet).
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status().is_some_and(|s| s.code == 404)
+    }
+
     /// 429 Too Many Requests.
     pub(crate) fn is_too_many_requests(&self) -> bool {
         self.status().is_some_and(|s| s.code == 429)

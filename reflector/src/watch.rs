@@ -131,7 +131,10 @@ pub(crate) async fn open(
     let started = Instant::now();
     ctx.status.lock().watches += 1;
     let lines = ctx.upstream.watch(&query).await?;
-    ctx.status.lock().failing_since = None;
+    let mut status = ctx.status.lock();
+    status.failing_since = None;
+    status.not_found_since = None;
+    drop(status);
     Ok(OpenWatch::new(lines, started))
 }
 

@@ -12,8 +12,12 @@ use kube_fanout_auth::{
     limits::CallerLimits,
 };
 use kube_fanout_core::{
-    dispatch::IndexFieldFlag, object::Transform, resource::GroupVersionResource,
-    store::HistoryLimits, subscription::Limits,
+    dispatch::IndexFieldFlag,
+    object::Transform,
+    on_demand::{AllowList, OnDemandOptions, Pattern},
+    resource::GroupVersionResource,
+    store::HistoryLimits,
+    subscription::Limits,
 };
 use kube_fanout_listener::{
     connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge, tls::TlsFiles,
@@ -32,15 +36,42 @@ use crate::{
 #[command(name = "kube-fanout", version, about, long_about = None)]
 pub struct Config {
     /// A resource type to serve, as VERSION/RESOURCE (core group) or
-    /// GROUP/VERSION/RESOURCE; repeat for several. CRDs included.
+    /// GROUP/VERSION/RESOURCE; repeat for several. CRDs included. Needed
+    /// unless --on-demand-resources is given.
     #[arg(
         long = "resource",
-        required = true,
+        required_unless_present = "on_demand_resources",
         value_name = "GVR",
         env = "KUBE_FANOUT_RESOURCE",
         value_delimiter = ','
     )]
     pub resources: Vec<GroupVersionResource>,
+
+    /// Serve types not given with --resource on demand: a Watch, List or
+    /// Get for one, once its caller is authorized, discovers it and starts
+    /// its reflector, if it matches one of these patterns: GROUP/RESOURCE
+    /// (apps/deployments; the core group spelt core: core/configmaps),
+    /// GROUP/* (example.com/*) or * (everything kube-fanout may list and
+    /// watch). Every version of a matching resource is allowed. Off unless
+    /// set.
+    #[arg(
+        long = "on-demand-resources",
+        value_name = "PATTERN",
+        env = "KUBE_FANOUT_ON_DEMAND_RESOURCES",
+        value_delimiter = ','
+    )]
+    pub on_demand_resources: Vec<Pattern>,
+
+    /// Most on-demand types held at once (being discovered included); a
+    /// request for one more is refused RESOURCE_EXHAUSTED until one is
+    /// freed.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_ON_DEMAND_MAX_TYPES")]
+    pub on_demand_max_types: u64,
+
+    /// Seconds an on-demand type may go without subscribers or requests
+    /// before its reflector stops and its store is freed.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_ON_DEMAND_IDLE_SECONDS")]
+    pub on_demand_idle_seconds: u64,
 
     /// Also index the subscribers of a served type by one of its
     /// selectable fields, as GVR=FIELD (for example
@@ -584,11 +615,21 @@ impl Config {
         }
     }
 
+    /// The on-demand types these flags allow (`None`: off).
+    pub fn on_demand(&self) -> Option<OnDemandOptions> {
+        (!self.on_demand_resources.is_empty()).then(|| OnDemandOptions {
+            allow: AllowList(self.on_demand_resources.clone()),
+            max_types: usize::try_from(self.on_demand_max_types).unwrap_or(usize::MAX),
+            idle: Duration::from_secs(self.on_demand_idle_seconds),
+        })
+    }
+
     /// What the server is started with: every conversion above, and the
     /// listeners' addresses.
     pub fn options(&self) -> ServerOptions {
         ServerOptions {
             resources: self.resources.clone(),
+            on_demand: self.on_demand(),
             index_fields: self.index_fields.clone(),
             reflector: self.reflector(),
             history: self.history(),
@@ -760,6 +801,44 @@ mod tests {
             parse(&["--unready-after-seconds", "0"]).unready_after(),
             None
         );
+    }
+
+    #[test]
+    fn on_demand_types_are_off_unless_asked_and_then_need_no_resource() {
+        assert_eq!(parse(&[]).on_demand(), None);
+        let set = Config::try_parse_from([
+            "kube-fanout",
+            "--on-demand-resources",
+            "apps/deployments,example.com/*",
+            "--on-demand-max-types",
+            "7",
+            "--on-demand-idle-seconds",
+            "9",
+        ])
+        .unwrap();
+        assert!(set.resources.is_empty());
+        let options = set.on_demand().expect("on");
+        assert_eq!(options.allow.to_string(), "apps/deployments,example.com/*");
+        assert_eq!(options.max_types, 7);
+        assert_eq!(options.idle, Duration::from_secs(9));
+        let defaults = Config::try_parse_from(["kube-fanout", "--on-demand-resources", "*"])
+            .unwrap()
+            .on_demand()
+            .unwrap();
+        assert_eq!((defaults.max_types, defaults.idle.as_secs()), (50, 300));
+        let none = Config::try_parse_from(["kube-fanout"])
+            .unwrap_err()
+            .to_string();
+        assert!(none.contains("--resource"), "{none}");
+        for bad in [
+            ["--on-demand-resources", "apps/v1/deployments"],
+            ["--on-demand-max-types", "0"],
+            ["--on-demand-idle-seconds", "0"],
+        ] {
+            let mut argv = vec!["kube-fanout", "--resource", "v1/configmaps"];
+            argv.extend(bad);
+            assert!(Config::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use kube_fanout_core::{
     dispatch::{IndexFieldFlag, IndexedField},
+    on_demand::AllowList,
     resource::{GroupVersionResource, ResourceType},
 };
 
@@ -10,13 +11,19 @@ use crate::error::ServeError;
 
 /// Resolves every type of `resources` (failing on the first unknown one)
 /// and the fields each is indexed by (its defaults and its
-/// `index_fields`); an index field of a type not served is refused.
+/// `index_fields`); an index field of a type neither configured nor
+/// allowed by `on_demand` is refused (an on-demand type's are checked
+/// when it is discovered).
 pub(crate) async fn discover(
     client: &kube::Client,
     resources: &[GroupVersionResource],
     index_fields: &[IndexFieldFlag],
+    on_demand: Option<&AllowList>,
 ) -> Result<Vec<(ResourceType, Vec<IndexedField>)>, ServeError> {
-    if let Some(flag) = index_fields.iter().find(|f| !resources.contains(&f.gvr)) {
+    let served = |gvr: &GroupVersionResource| {
+        resources.contains(gvr) || on_demand.is_some_and(|allow| allow.allows(gvr))
+    };
+    if let Some(flag) = index_fields.iter().find(|f| !served(&f.gvr)) {
         return Err(ServeError::IndexFieldNotServed(flag.gvr.clone()));
     }
     let mut types = Vec::new();

@@ -21,7 +21,9 @@ pub enum ServeError {
     #[error(transparent)]
     Unindexable(#[from] UnindexableField),
     /// `--index-field` names a type that is not served.
-    #[error("--index-field {0}: not a served resource type (add it with --resource)")]
+    #[error(
+        "--index-field {0}: not a served resource type (add it with --resource, or allow it with --on-demand-resources)"
+    )]
     IndexFieldNotServed(GroupVersionResource),
     /// The gRPC transport failed.
     #[error("gRPC server failed: {0}")]

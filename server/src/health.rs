@@ -95,14 +95,18 @@ pub(crate) async fn listen(
 /// longer than `unready_after` without opening a watch, since its data is
 /// going stale and new subscribers are better off on a replica that is
 /// following. Open watches are not touched. Liveness (`""`) stays SERVING
-/// once synced: a restart would not bring the API server back.
+/// once synced: a restart would not bring the API server back. On-demand
+/// types count for neither: ListResources and the metrics show their
+/// state.
 async fn report_health(
     cache: Arc<ServedTypes>,
     health: HealthReporter,
     unready_after: Option<Duration>,
     cancel: CancellationToken,
 ) -> Result<(), ServeError> {
-    let mut heads: Vec<_> = cache.iter().map(|s| s.store.subscribe()).collect();
+    // The configured types only: on-demand ones come and go with their
+    // callers, and a replica serves the others whatever they do.
+    let mut heads: Vec<_> = cache.configured().map(|s| s.store.subscribe()).collect();
     for head in &mut heads {
         tokio::select! {
             _ = head.wait_for(|h| h.synced) => {}
@@ -121,7 +125,7 @@ async fn report_health(
         }
         let now = tokio::time::Instant::now();
         let stale: Vec<String> = cache
-            .iter()
+            .configured()
             .filter(|s| failing_too_long(s.reflector.lock().failing_since, unready_after, now))
             .map(|s| s.store.resource().gvr.to_string())
             .collect();

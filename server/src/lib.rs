@@ -9,12 +9,14 @@
 //! This crate only wires (see the README's Architecture section for the
 //! layers): [`config`] turns flags into [`options`], and
 //! [`server::start`] puts the concerns together, each in a module of its
-//! own: discovery of the served types, their reflectors, [`security`],
+//! own: discovery of the served types, their reflectors, the on-demand
+//! types' upstream, [`security`],
 //! the audit log's destination, health, [`metrics`] and the gRPC
 //! listener. Inside, imports run down: `server` sits on the others;
 //! `config` on `options`, which sits on `security`, as `audit` does;
 //! `health` on `grpc` (its HTTP/2 bounds) and `options`, as `grpc` does;
-//! `grpc` on `request_spans`; `metrics` on `security`; each of them on
+//! `grpc` on `request_spans`; `metrics` on `security`; `on_demand` and
+//! each of them on
 //! `error`, which sits on the lower crates alone. [`traces`], the OTLP
 //! export the binary installs, stands beside them.
 
@@ -25,6 +27,7 @@ pub mod error;
 mod grpc;
 mod health;
 pub mod metrics;
+mod on_demand;
 pub mod options;
 mod reflectors;
 mod request_spans;

@@ -32,6 +32,7 @@ use kube_fanout_auth::{
     reviews::NonResourceAttributes,
 };
 use kube_fanout_core::{
+    on_demand::{OnDemand, counters::Stop},
     reflector_status::ReflectorStatus,
     registry::{Served, ServedTypes},
     store::StoreStatus,
@@ -173,8 +174,8 @@ const FAMILIES: &[Family] = &[
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let states: Vec<_> = self
-            .0
+        let served = self.0.iter();
+        let states: Vec<_> = served
             .iter()
             .map(|served| {
                 let labels = vec![("resource", served.resource().gvr.to_string())];
@@ -192,7 +193,7 @@ impl Collector for CacheCollector {
             None,
             MetricType::Counter,
         )?;
-        for served in self.0.iter() {
+        for served in &served {
             let resource = served.resource().gvr.to_string();
             for (reason, count) in served.watch_errors() {
                 let labels = vec![
@@ -210,8 +211,77 @@ impl Collector for CacheCollector {
                 encode_value(family.kind, value, metric.encode_family(labels)?)?;
             }
         }
+        if let Some(on_demand) = self.0.on_demand() {
+            encode_on_demand(on_demand, &mut encoder)?;
+        }
         Ok(())
     }
+}
+
+/// The refusal reasons always exposed (zero until one happens), so that
+/// a rate over them needs no series to appear first.
+const REFUSALS: [&str; 4] = ["not_allowed", "not_found", "max_types", "discovery_failed"];
+
+/// The on-demand types: how many are in each state, the bound, and how
+/// many were started, stopped and refused.
+fn encode_on_demand(
+    on_demand: &OnDemand,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), fmt::Error> {
+    let mut types = encoder.encode_descriptor(
+        "kube_fanout_on_demand_types",
+        "On-demand types held, by state: discovering, syncing, in_use (subscribers or requests), idle (stopped after --on-demand-idle-seconds).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (state, count) in on_demand.states() {
+        let labels = vec![("state", state.as_str())];
+        encode_value(MetricType::Gauge, count, types.encode_family(&labels)?)?;
+    }
+    let max = encoder.encode_descriptor(
+        "kube_fanout_on_demand_max_types",
+        "The most on-demand types held at once (--on-demand-max-types).",
+        None,
+        MetricType::Gauge,
+    )?;
+    encode_value(MetricType::Gauge, on_demand.options().max_types as u64, max)?;
+    let counters = on_demand.counters();
+    let starts = encoder.encode_descriptor(
+        "kube_fanout_on_demand_starts",
+        "On-demand types started (discovered, their reflector begun), each start again after a stop included.",
+        None,
+        MetricType::Counter,
+    )?;
+    encode_value(MetricType::Counter, counters.starts(), starts)?;
+    let mut stops = encoder.encode_descriptor(
+        "kube_fanout_on_demand_stops",
+        "On-demand types stopped, by reason: idle, or removed (no longer served by the API server).",
+        None,
+        MetricType::Counter,
+    )?;
+    for why in [Stop::Idle, Stop::Removed] {
+        let labels = vec![("reason", why.as_str())];
+        encode_value(
+            MetricType::Counter,
+            counters.stops(why),
+            stops.encode_family(&labels)?,
+        )?;
+    }
+    let mut refused = encoder.encode_descriptor(
+        "kube_fanout_on_demand_refusals",
+        "Authorized requests for a type not served that did not start it, by reason: not_allowed (outside --on-demand-resources), not_found (not served by the API server), max_types, discovery_failed.",
+        None,
+        MetricType::Counter,
+    )?;
+    let mut refusals = counters.refusals();
+    for reason in REFUSALS {
+        refusals.entry(reason).or_default();
+    }
+    for (reason, count) in refusals {
+        let labels = vec![("reason", reason)];
+        encode_value(MetricType::Counter, count, refused.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// Encodes `value` as a counter or else a gauge.
@@ -482,7 +552,7 @@ mod tests {
         }));
         let mut cache = ServedTypes::default();
         cache.insert(Served::new(store, reflector));
-        let served = cache.iter().next().unwrap().clone();
+        let served = cache.iter()[0].clone();
         let subscriber = served.subscriber("");
         subscriber.ended(&WatchError::Lagged {
             resume_from: ResourceVersion(4),

@@ -4,8 +4,8 @@
 use std::{net::SocketAddr, time::Duration};
 
 use kube_fanout_core::{
-    dispatch::IndexFieldFlag, resource::GroupVersionResource, store::HistoryLimits,
-    subscription::Limits,
+    dispatch::IndexFieldFlag, on_demand::OnDemandOptions, resource::GroupVersionResource,
+    store::HistoryLimits, subscription::Limits,
 };
 use kube_fanout_listener::{
     connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge,
@@ -19,6 +19,8 @@ use crate::security::Security;
 pub struct ServerOptions {
     /// The resource types to serve.
     pub resources: Vec<GroupVersionResource>,
+    /// The types served on demand besides them (`None`: none).
+    pub on_demand: Option<OnDemandOptions>,
     /// Fields to index subscribers by besides every type's defaults.
     pub index_fields: Vec<IndexFieldFlag>,
     /// How the reflectors list and watch.

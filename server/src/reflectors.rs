@@ -17,7 +17,7 @@ use tracing::{Instrument, info_span};
 use crate::error::Tasks;
 
 /// A store for each of `types` with the reflector that fills it, running
-/// in `tasks` until `cancel` fires.
+/// in `tasks` until `cancel` fires: the configured types.
 pub(crate) fn start(
     client: &kube::Client,
     types: Vec<(ResourceType, Vec<IndexedField>)>,
@@ -25,7 +25,7 @@ pub(crate) fn start(
     config: ReflectorConfig,
     tasks: &mut Tasks,
     cancel: &CancellationToken,
-) -> Arc<ServedTypes> {
+) -> ServedTypes {
     let mut cache = ServedTypes::default();
     for (resource, indexed) in types {
         let span = info_span!("reflector", resource = %resource.gvr);
@@ -41,5 +41,5 @@ pub(crate) fn start(
             .instrument(span),
         );
     }
-    Arc::new(cache)
+    cache
 }

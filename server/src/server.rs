@@ -1,4 +1,5 @@
-//! Wiring: discover the resource types, start one reflector each, and
+//! Wiring: discover the resource types, start one reflector each (and
+//! the on-demand types, if on), and
 //! serve the gRPC API with health and reflection (and metrics, and a
 //! plaintext health listener, if asked) until cancelled. Each concern is
 //! a module of its own; this one only puts them together.
@@ -16,7 +17,7 @@ use crate::{
     audit, discovery,
     error::{ServeError, Tasks},
     grpc::Grpc,
-    health, metrics,
+    health, metrics, on_demand,
     options::ServerOptions,
     reflectors, security,
 };
@@ -66,9 +67,15 @@ pub async fn start(
     options: ServerOptions,
     cancel: CancellationToken,
 ) -> Result<Running, ServeError> {
-    let types = discovery::discover(&client, &options.resources, &options.index_fields).await?;
+    let types = discovery::discover(
+        &client,
+        &options.resources,
+        &options.index_fields,
+        options.on_demand.as_ref().map(|o| &o.allow),
+    )
+    .await?;
     let mut tasks = JoinSet::new();
-    let cache = reflectors::start(
+    let mut cache = reflectors::start(
         &client,
         types,
         options.history,
@@ -76,6 +83,18 @@ pub async fn start(
         &mut tasks,
         &cancel,
     );
+    if let Some(allowed) = &options.on_demand {
+        cache = cache.with_on_demand(on_demand::start(
+            &client,
+            allowed.clone(),
+            options.history,
+            &options.index_fields,
+            options.reflector,
+            &mut tasks,
+            &cancel,
+        ));
+    }
+    let cache = Arc::new(cache);
     let health = health::start(cache.clone(), options.unready_after, &mut tasks, &cancel).await;
 
     // Counted apart (the metrics listener's too), so that a flood of one

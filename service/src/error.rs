@@ -13,6 +13,7 @@ use kube_fanout_auth::AuthError;
 use kube_fanout_core::{
     filter::FilterError,
     object::{ObjectError, ResourceVersion},
+    on_demand::{DiscoveryError, ResolveError},
     paging::PageError,
     quote::quote,
     resource::GroupVersionResource,
@@ -34,6 +35,9 @@ pub enum RequestError {
     /// not listed: ListResources shows a caller the ones it may list.
     #[error("resource {} is not served here (ListResources shows the served types you may list)", quote(&.0.to_string()))]
     UnknownResource(GroupVersionResource),
+    /// The resource is neither configured nor startable on demand now.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     /// A request field past its bound or of the wrong shape.
     #[error(transparent)]
     Input(#[from] InputError),
@@ -71,6 +75,41 @@ pub enum RequestError {
 impl From<ReadError> for RequestError {
     fn from(err: ReadError) -> Self {
         RequestError::Watch(err.into())
+    }
+}
+
+/// A status whose ErrorInfo names `reason` alone.
+fn with_bare_reason(code: Code, message: String, reason: &str) -> Status {
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(
+            reason,
+            kube_fanout_proto::ERROR_DOMAIN,
+            std::collections::HashMap::<String, String>::new(),
+        ),
+    )
+}
+
+/// The status of a type that could not be served: as a type not served
+/// (NOT_FOUND) when it is not configured, not allowed on demand, or not
+/// served upstream either; RESOURCE_EXHAUSTED over the bound of
+/// on-demand types; FAILED_PRECONDITION for a type kube-fanout cannot
+/// index or read the fields of; UNAVAILABLE, NotSynced with a retry
+/// delay, when discovery failed, and when the server is stopping.
+fn resolve_status(err: ResolveError, message: String) -> Status {
+    match err {
+        ResolveError::NotServed(_) | ResolveError::NotAllowed { .. } => Status::not_found(message),
+        ResolveError::Discovery(d) if d.is_unknown() => Status::not_found(message),
+        ResolveError::Discovery(d) => match d.as_ref() {
+            DiscoveryError::Unindexable(_)
+            | DiscoveryError::Resource(
+                kube_fanout_core::resource::ResourceError::SelectableField { .. },
+            ) => Status::failed_precondition(message),
+            _ => not_synced(message),
+        },
+        ResolveError::TooManyTypes { .. } => Status::resource_exhausted(message),
+        ResolveError::ShuttingDown => Status::unavailable(message),
     }
 }
 
@@ -117,6 +156,7 @@ impl From<RequestError> for Status {
             RequestError::UnknownResource(_) | RequestError::NotFound { .. } => {
                 Status::not_found(message)
             }
+            RequestError::Resolve(resolve) => resolve_status(resolve, message),
             RequestError::Auth(auth) => auth.into(),
             RequestError::ListTooLarge(_) => Status::resource_exhausted(message),
             RequestError::Watch(watch) => {
@@ -140,6 +180,9 @@ impl From<RequestError> for Status {
                     }
                     WatchError::Lagged { resume_from } => {
                         (Code::ResourceExhausted, Some(resume_from))
+                    }
+                    WatchError::Removed(_) => {
+                        return with_bare_reason(Code::NotFound, message, reason);
                     }
                 };
                 match rv {

@@ -23,7 +23,8 @@ use kube_fanout_core::{
     object::{namespace_range, object_key},
     paging::PageBytes,
     projection::Projection,
-    registry::{Served, ServedTypes},
+    registry::{InUse, Origin, Served, ServedTypes},
+    store::ReadError,
     subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
 };
 use kube_fanout_listener::conn::ConnInfo;
@@ -94,22 +95,49 @@ impl FanoutService {
             .await?)
     }
 
-    fn served(&self, scope: &Scope) -> Result<Arc<Served>, RequestError> {
+    /// The request's type if it is served now (an on-demand type is
+    /// started by [`FanoutService::start_type`] first).
+    fn served(&self, scope: &Scope) -> Result<InUse, RequestError> {
         self.cache
             .get(&scope.gvr)
             .ok_or_else(|| RequestError::UnknownResource(scope.gvr.clone()))
     }
 
+    /// A use of the request's type, starting it if it is an on-demand
+    /// type not held yet; called only once the request is authorized, so
+    /// that only an authorized caller makes kube-fanout discover a type
+    /// and start its reflector. Bounded like the first sync: a discovery
+    /// that takes longer than the freshness timeout is answered
+    /// NotSynced (it goes on, and a retry finds the type started).
+    async fn start_type(&self, scope: &Scope) -> Result<InUse, RequestError> {
+        // Served already (every configured type): no timer to set.
+        if let Some(in_use) = self.cache.get(&scope.gvr) {
+            return Ok(in_use);
+        }
+        match tokio::time::timeout(
+            self.limits.freshness_timeout,
+            self.cache.resolve(&scope.gvr),
+        )
+        .await
+        {
+            Ok(resolved) => Ok(resolved?),
+            Err(_) => Err(ReadError::NotSynced.into()),
+        }
+    }
+
     /// Waits, bounded, for the type's first sync: a List or Get on a type
     /// not synced yet is refused NotSynced (as the API server refuses one
     /// while its watch cache initialises), never answered from the empty
-    /// store. A Watch waits the same way as it starts.
-    async fn synced(&self, scope: &Scope) -> Result<(), RequestError> {
-        let served = self.served(scope)?;
-        Ok(served
+    /// store. A Watch waits the same way as it starts. The use returned
+    /// keeps an on-demand type held while the request is answered.
+    async fn synced(&self, scope: &Scope) -> Result<InUse, RequestError> {
+        let in_use = self.start_type(scope).await?;
+        in_use
+            .served()
             .store
             .wait_synced(self.limits.freshness_timeout)
-            .await?)
+            .await?;
+        Ok(in_use)
     }
 
     /// Starts a watch; `snapshot` (a per-caller permit) is given back once
@@ -121,7 +149,8 @@ impl FanoutService {
         retire_at: Option<Instant>,
     ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
         let scope = Scope::watch(&request)?;
-        let served = self.served(&scope)?;
+        let in_use = self.served(&scope)?;
+        let served = in_use.served().clone();
         let spec = WatchSpec {
             filter: Filter::new(
                 &request.namespace,
@@ -146,8 +175,9 @@ impl FanoutService {
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
         Ok(events.map(move |result| {
-            // The guard lives as long as the stream: the subscriber count
-            // drops with it.
+            // The guards live as long as the stream: the subscriber count
+            // drops with them, and an on-demand type stays held.
+            let _in_use = &in_use;
             result
                 .map(|delivery| encoder.encode(&delivery))
                 .map_err(|e| {
@@ -165,7 +195,8 @@ impl FanoutService {
         reserved: Reservation,
     ) -> Result<(ListResponse, ListBytes), RequestError> {
         let scope = Scope::list(&request)?;
-        let served = self.served(&scope)?;
+        let in_use = self.served(&scope)?;
+        let served = in_use.served();
         let filter = Filter::new(
             &request.namespace,
             &request.label_selector,
@@ -208,7 +239,8 @@ impl FanoutService {
 
     fn get(&self, request: GetRequest) -> Result<GetResponse, RequestError> {
         let scope = Scope::get(&request)?;
-        let served = self.served(&scope)?;
+        let in_use = self.served(&scope)?;
+        let served = in_use.served();
         let key = object_key(&scope.namespace, &scope.name);
         let object = served
             .store
@@ -266,6 +298,17 @@ impl FanoutService {
             watch_lists: reflector.watch_lists,
             watches: reflector.watches,
             failures: reflector.failures,
+            origin: match served.origin {
+                Origin::Configured => pb::Origin::Configured,
+                Origin::OnDemand => pb::Origin::OnDemand,
+            }
+            .into(),
+            idle_seconds: match served.origin {
+                Origin::OnDemand => served
+                    .idle_since()
+                    .map_or(0, |since| since.elapsed().as_secs()),
+                Origin::Configured => 0,
+            },
         }
     }
 }
@@ -297,6 +340,8 @@ impl KubeFanout for FanoutService {
             .extensions()
             .get::<ConnInfo>()
             .and_then(|c| c.retire_at);
+        // Held until the stream has its own use of the type.
+        let _starting = self.start_type(&scope).await?;
         let stream = self.start_watch(request.into_inner(), snapshot, retire_at)?;
         let audit = grant.stream_audit();
         let guarded = grant.guard(stream).holding(watch);
@@ -310,7 +355,7 @@ impl KubeFanout for FanoutService {
             audited::list_options(r)
         })
         .await?;
-        self.synced(&scope).await?;
+        let _in_use = self.synced(&scope).await?;
         // A List copies (a page of) the store like a snapshot does.
         let caller = Limiter::caller(request.extensions());
         let _snapshot = self.limiter.acquire(&caller, Held::Snapshot)?;
@@ -329,7 +374,7 @@ impl KubeFanout for FanoutService {
             audited::get_options(r)
         })
         .await?;
-        self.synced(&scope).await?;
+        let _in_use = self.synced(&scope).await?;
         Ok(Response::new(FanoutService::get(
             self,
             request.into_inner(),
@@ -345,7 +390,7 @@ impl KubeFanout for FanoutService {
         let namespace = &request.get_ref().namespace;
         validation::namespace("namespace", namespace).map_err(RequestError::from)?;
         let mut resources = Vec::new();
-        for served in self.cache.iter() {
+        for served in &self.cache.iter() {
             let gvr = &served.resource().gvr;
             let scope = Scope::listing(
                 &pb::ResourceRef {

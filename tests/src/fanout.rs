@@ -62,6 +62,7 @@ impl Fanout {
             max_connection_age: None,
             connections: ConnectionLimits::default(),
             request_spans: false,
+            on_demand: None,
         };
         adjust(&mut options);
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await

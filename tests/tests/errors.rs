@@ -261,7 +261,7 @@ async fn an_unknown_resource_at_startup_is_an_error_naming_it() -> anyhow::Resul
     let err = with_index("v1/pods=spec.nodeName").await;
     assert_eq!(
         err,
-        "--index-field v1/pods: not a served resource type (add it with --resource)"
+        "--index-field v1/pods: not a served resource type (add it with --resource, or allow it with --on-demand-resources)"
     );
     Ok(())
 }

@@ -5,6 +5,8 @@
 //! subscribers that hang up and resume anywhere, and a checker that replays
 //! every subscriber's whole life against a truth recorded from the API
 //! server itself. Zero violations, and every fault really happened.
+//! Replica B serves configmaps on demand (`--on-demand-resources`, no
+//! `--resource`), A as a configured type: the contract holds for both.
 //!
 //! `ci_sized_run` runs in `scripts/test` (about two minutes); the soak is
 //!

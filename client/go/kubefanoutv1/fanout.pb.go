@@ -131,6 +131,57 @@ func (SyncState) EnumDescriptor() ([]byte, []int) {
 	return file_kubefanout_v1_fanout_proto_rawDescGZIP(), []int{1}
 }
 
+type Origin int32
+
+const (
+	Origin_ORIGIN_UNSPECIFIED Origin = 0
+	// Given at start (--resource): served until the server stops.
+	Origin_CONFIGURED Origin = 1
+	// Started by a request for it; stopped once idle.
+	Origin_ON_DEMAND Origin = 2
+)
+
+// Enum value maps for Origin.
+var (
+	Origin_name = map[int32]string{
+		0: "ORIGIN_UNSPECIFIED",
+		1: "CONFIGURED",
+		2: "ON_DEMAND",
+	}
+	Origin_value = map[string]int32{
+		"ORIGIN_UNSPECIFIED": 0,
+		"CONFIGURED":         1,
+		"ON_DEMAND":          2,
+	}
+)
+
+func (x Origin) Enum() *Origin {
+	p := new(Origin)
+	*p = x
+	return p
+}
+
+func (x Origin) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Origin) Descriptor() protoreflect.EnumDescriptor {
+	return file_kubefanout_v1_fanout_proto_enumTypes[2].Descriptor()
+}
+
+func (Origin) Type() protoreflect.EnumType {
+	return &file_kubefanout_v1_fanout_proto_enumTypes[2]
+}
+
+func (x Origin) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Origin.Descriptor instead.
+func (Origin) EnumDescriptor() ([]byte, []int) {
+	return file_kubefanout_v1_fanout_proto_rawDescGZIP(), []int{2}
+}
+
 // A resource type, as in a Kubernetes API path: group "" is the core group.
 type ResourceRef struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -805,10 +856,17 @@ type ResourceStatus struct {
 	Relists uint64 `protobuf:"varint,12,opt,name=relists,proto3" json:"relists,omitempty"`
 	// Completed LISTs and watch-list syncs, watches opened, and failures
 	// that made the reflector back off.
-	Lists         uint64 `protobuf:"varint,13,opt,name=lists,proto3" json:"lists,omitempty"`
-	WatchLists    uint64 `protobuf:"varint,14,opt,name=watch_lists,json=watchLists,proto3" json:"watch_lists,omitempty"`
-	Watches       uint64 `protobuf:"varint,15,opt,name=watches,proto3" json:"watches,omitempty"`
-	Failures      uint64 `protobuf:"varint,16,opt,name=failures,proto3" json:"failures,omitempty"`
+	Lists      uint64 `protobuf:"varint,13,opt,name=lists,proto3" json:"lists,omitempty"`
+	WatchLists uint64 `protobuf:"varint,14,opt,name=watch_lists,json=watchLists,proto3" json:"watch_lists,omitempty"`
+	Watches    uint64 `protobuf:"varint,15,opt,name=watches,proto3" json:"watches,omitempty"`
+	Failures   uint64 `protobuf:"varint,16,opt,name=failures,proto3" json:"failures,omitempty"`
+	// How the type came to be served: configured at start, or started on
+	// demand by a request for it (--on-demand-resources).
+	Origin Origin `protobuf:"varint,17,opt,name=origin,proto3,enum=kubefanout.v1.Origin" json:"origin,omitempty"`
+	// An on-demand type without subscribers or requests: for how many
+	// seconds (it stops at --on-demand-idle-seconds); 0 while in use, and
+	// for a configured type.
+	IdleSeconds   uint64 `protobuf:"varint,18,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -955,6 +1013,20 @@ func (x *ResourceStatus) GetFailures() uint64 {
 	return 0
 }
 
+func (x *ResourceStatus) GetOrigin() Origin {
+	if x != nil {
+		return x.Origin
+	}
+	return Origin_ORIGIN_UNSPECIFIED
+}
+
+func (x *ResourceStatus) GetIdleSeconds() uint64 {
+	if x != nil {
+		return x.IdleSeconds
+	}
+	return 0
+}
+
 var File_kubefanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_kubefanout_v1_fanout_proto_rawDesc = "" +
@@ -1004,7 +1076,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x14ListResourcesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xee\x04\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xc0\x05\n" +
 	"\x0eResourceStatus\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -1027,7 +1099,9 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\vwatch_lists\x18\x0e \x01(\x04R\n" +
 	"watchLists\x12\x18\n" +
 	"\awatches\x18\x0f \x01(\x04R\awatches\x12\x1a\n" +
-	"\bfailures\x18\x10 \x01(\x04R\bfailures*[\n" +
+	"\bfailures\x18\x10 \x01(\x04R\bfailures\x12-\n" +
+	"\x06origin\x18\x11 \x01(\x0e2\x15.kubefanout.v1.OriginR\x06origin\x12!\n" +
+	"\fidle_seconds\x18\x12 \x01(\x04R\vidleSeconds*[\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
@@ -1038,7 +1112,12 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x16SYNC_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aSYNCING\x10\x01\x12\n" +
 	"\n" +
-	"\x06SYNCED\x10\x022\xaa\x02\n" +
+	"\x06SYNCED\x10\x02*?\n" +
+	"\x06Origin\x12\x16\n" +
+	"\x12ORIGIN_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"CONFIGURED\x10\x01\x12\r\n" +
+	"\tON_DEMAND\x10\x022\xaa\x02\n" +
 	"\n" +
 	"KubeFanout\x12A\n" +
 	"\x05Watch\x12\x1b.kubefanout.v1.WatchRequest\x1a\x19.kubefanout.v1.WatchEvent0\x01\x12?\n" +
@@ -1058,43 +1137,45 @@ func file_kubefanout_v1_fanout_proto_rawDescGZIP() []byte {
 	return file_kubefanout_v1_fanout_proto_rawDescData
 }
 
-var file_kubefanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kubefanout_v1_fanout_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_kubefanout_v1_fanout_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_kubefanout_v1_fanout_proto_goTypes = []any{
 	(EventType)(0),                // 0: kubefanout.v1.EventType
 	(SyncState)(0),                // 1: kubefanout.v1.SyncState
-	(*ResourceRef)(nil),           // 2: kubefanout.v1.ResourceRef
-	(*WatchRequest)(nil),          // 3: kubefanout.v1.WatchRequest
-	(*WatchEvent)(nil),            // 4: kubefanout.v1.WatchEvent
-	(*ListRequest)(nil),           // 5: kubefanout.v1.ListRequest
-	(*ListResponse)(nil),          // 6: kubefanout.v1.ListResponse
-	(*GetRequest)(nil),            // 7: kubefanout.v1.GetRequest
-	(*GetResponse)(nil),           // 8: kubefanout.v1.GetResponse
-	(*ListResourcesRequest)(nil),  // 9: kubefanout.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil), // 10: kubefanout.v1.ListResourcesResponse
-	(*ResourceStatus)(nil),        // 11: kubefanout.v1.ResourceStatus
+	(Origin)(0),                   // 2: kubefanout.v1.Origin
+	(*ResourceRef)(nil),           // 3: kubefanout.v1.ResourceRef
+	(*WatchRequest)(nil),          // 4: kubefanout.v1.WatchRequest
+	(*WatchEvent)(nil),            // 5: kubefanout.v1.WatchEvent
+	(*ListRequest)(nil),           // 6: kubefanout.v1.ListRequest
+	(*ListResponse)(nil),          // 7: kubefanout.v1.ListResponse
+	(*GetRequest)(nil),            // 8: kubefanout.v1.GetRequest
+	(*GetResponse)(nil),           // 9: kubefanout.v1.GetResponse
+	(*ListResourcesRequest)(nil),  // 10: kubefanout.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil), // 11: kubefanout.v1.ListResourcesResponse
+	(*ResourceStatus)(nil),        // 12: kubefanout.v1.ResourceStatus
 }
 var file_kubefanout_v1_fanout_proto_depIdxs = []int32{
-	2,  // 0: kubefanout.v1.WatchRequest.resource:type_name -> kubefanout.v1.ResourceRef
+	3,  // 0: kubefanout.v1.WatchRequest.resource:type_name -> kubefanout.v1.ResourceRef
 	0,  // 1: kubefanout.v1.WatchEvent.type:type_name -> kubefanout.v1.EventType
-	2,  // 2: kubefanout.v1.ListRequest.resource:type_name -> kubefanout.v1.ResourceRef
-	2,  // 3: kubefanout.v1.GetRequest.resource:type_name -> kubefanout.v1.ResourceRef
-	11, // 4: kubefanout.v1.ListResourcesResponse.resources:type_name -> kubefanout.v1.ResourceStatus
-	2,  // 5: kubefanout.v1.ResourceStatus.resource:type_name -> kubefanout.v1.ResourceRef
+	3,  // 2: kubefanout.v1.ListRequest.resource:type_name -> kubefanout.v1.ResourceRef
+	3,  // 3: kubefanout.v1.GetRequest.resource:type_name -> kubefanout.v1.ResourceRef
+	12, // 4: kubefanout.v1.ListResourcesResponse.resources:type_name -> kubefanout.v1.ResourceStatus
+	3,  // 5: kubefanout.v1.ResourceStatus.resource:type_name -> kubefanout.v1.ResourceRef
 	1,  // 6: kubefanout.v1.ResourceStatus.sync_state:type_name -> kubefanout.v1.SyncState
-	3,  // 7: kubefanout.v1.KubeFanout.Watch:input_type -> kubefanout.v1.WatchRequest
-	5,  // 8: kubefanout.v1.KubeFanout.List:input_type -> kubefanout.v1.ListRequest
-	7,  // 9: kubefanout.v1.KubeFanout.Get:input_type -> kubefanout.v1.GetRequest
-	9,  // 10: kubefanout.v1.KubeFanout.ListResources:input_type -> kubefanout.v1.ListResourcesRequest
-	4,  // 11: kubefanout.v1.KubeFanout.Watch:output_type -> kubefanout.v1.WatchEvent
-	6,  // 12: kubefanout.v1.KubeFanout.List:output_type -> kubefanout.v1.ListResponse
-	8,  // 13: kubefanout.v1.KubeFanout.Get:output_type -> kubefanout.v1.GetResponse
-	10, // 14: kubefanout.v1.KubeFanout.ListResources:output_type -> kubefanout.v1.ListResourcesResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	2,  // 7: kubefanout.v1.ResourceStatus.origin:type_name -> kubefanout.v1.Origin
+	4,  // 8: kubefanout.v1.KubeFanout.Watch:input_type -> kubefanout.v1.WatchRequest
+	6,  // 9: kubefanout.v1.KubeFanout.List:input_type -> kubefanout.v1.ListRequest
+	8,  // 10: kubefanout.v1.KubeFanout.Get:input_type -> kubefanout.v1.GetRequest
+	10, // 11: kubefanout.v1.KubeFanout.ListResources:input_type -> kubefanout.v1.ListResourcesRequest
+	5,  // 12: kubefanout.v1.KubeFanout.Watch:output_type -> kubefanout.v1.WatchEvent
+	7,  // 13: kubefanout.v1.KubeFanout.List:output_type -> kubefanout.v1.ListResponse
+	9,  // 14: kubefanout.v1.KubeFanout.Get:output_type -> kubefanout.v1.GetResponse
+	11, // 15: kubefanout.v1.KubeFanout.ListResources:output_type -> kubefanout.v1.ListResourcesResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_kubefanout_v1_fanout_proto_init() }
@@ -1107,7 +1188,7 @@ func file_kubefanout_v1_fanout_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kubefanout_v1_fanout_proto_rawDesc), len(file_kubefanout_v1_fanout_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,

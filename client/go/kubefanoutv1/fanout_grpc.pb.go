@@ -33,7 +33,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// KubeFanout serves every resource type the server was started with.
+// KubeFanout serves every resource type the server was started with and,
+// with on-demand types on, the types of its allow-list on request.
 type KubeFanoutClient interface {
 	// Watch streams one resource type. With send_initial_events it starts with
 	// a consistent snapshot (ADDED events, then a BOOKMARK annotated
@@ -80,6 +81,19 @@ type KubeFanoutClient interface {
 	// UNAVAILABLE, ErrorInfo reason "NotSynced" and a RetryInfo: retry after
 	// its delay. (The API server answers 429 with Retry-After while its watch
 	// cache initialises.)
+	//
+	// On-demand types (--on-demand-resources). A Watch, List or Get for a
+	// type not configured, once the caller is authorized for it, starts it
+	// if the allow-list has it and the API server serves it: discovery, then
+	// the first sync, each waited for up to the freshness timeout, else
+	// UNAVAILABLE "NotSynced" as above. A type outside the allow-list, or
+	// one the API server does not serve, is NOT_FOUND like any type not
+	// served; one over --on-demand-max-types is RESOURCE_EXHAUSTED. A type
+	// without subscribers or requests for --on-demand-idle-seconds is
+	// stopped; the next request starts it again, with a fresh snapshot (a
+	// resume from an older resourceVersion is then Expired). When the API
+	// server stops serving a type (its CRD deleted), its watches end with
+	// NOT_FOUND, ErrorInfo reason "NoLongerServed".
 	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
@@ -157,7 +171,8 @@ func (c *kubeFanoutClient) ListResources(ctx context.Context, in *ListResourcesR
 // All implementations must embed UnimplementedKubeFanoutServer
 // for forward compatibility.
 //
-// KubeFanout serves every resource type the server was started with.
+// KubeFanout serves every resource type the server was started with and,
+// with on-demand types on, the types of its allow-list on request.
 type KubeFanoutServer interface {
 	// Watch streams one resource type. With send_initial_events it starts with
 	// a consistent snapshot (ADDED events, then a BOOKMARK annotated
@@ -204,6 +219,19 @@ type KubeFanoutServer interface {
 	// UNAVAILABLE, ErrorInfo reason "NotSynced" and a RetryInfo: retry after
 	// its delay. (The API server answers 429 with Retry-After while its watch
 	// cache initialises.)
+	//
+	// On-demand types (--on-demand-resources). A Watch, List or Get for a
+	// type not configured, once the caller is authorized for it, starts it
+	// if the allow-list has it and the API server serves it: discovery, then
+	// the first sync, each waited for up to the freshness timeout, else
+	// UNAVAILABLE "NotSynced" as above. A type outside the allow-list, or
+	// one the API server does not serve, is NOT_FOUND like any type not
+	// served; one over --on-demand-max-types is RESOURCE_EXHAUSTED. A type
+	// without subscribers or requests for --on-demand-idle-seconds is
+	// stopped; the next request starts it again, with a fresh snapshot (a
+	// resume from an older resourceVersion is then Expired). When the API
+	// server stops serving a type (its CRD deleted), its watches end with
+	// NOT_FOUND, ErrorInfo reason "NoLongerServed".
 	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on

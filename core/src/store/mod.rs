@@ -81,7 +81,7 @@ mod unit;
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, Ordering},
+    atomic::{AtomicU8, Ordering},
 };
 
 use dashmap::DashMap;
@@ -111,6 +111,22 @@ use crate::{
     resource::ResourceType,
 };
 
+/// Why a store's subscriptions end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// The server is stopping ([`Store::close_subscribers`]).
+    ShuttingDown,
+    /// The API server no longer serves the type ([`Store::close_removed`]).
+    Removed,
+}
+
+/// [`Store::closing`]: subscriptions go on.
+const OPEN: u8 = 0;
+/// [`Store::closing`]: the server is stopping.
+const SHUTTING_DOWN: u8 = 1;
+/// [`Store::closing`]: the API server no longer serves the type.
+const REMOVED: u8 = 2;
+
 /// Counters and positions for ListResources, health and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreStatus {
@@ -138,8 +154,10 @@ pub struct Store {
     snapshots: Snapshots,
     head: watch::Sender<Head>,
     dispatch: Arc<Dispatch>,
-    /// Set once, when the server stops (see [`Store::close_subscribers`]).
-    closing: AtomicBool,
+    /// Set once, when the server stops or the type goes (see
+    /// [`Store::close_subscribers`]): [`OPEN`], [`SHUTTING_DOWN`] or
+    /// [`REMOVED`].
+    closing: AtomicU8,
     /// What the tests observe (nothing outside them).
     probes: Probes,
 }
@@ -187,7 +205,7 @@ impl Store {
             snapshots: Snapshots::default(),
             head: watch::Sender::new(Head::default()),
             dispatch: Arc::new(Dispatch::new(fields)),
-            closing: AtomicBool::new(false),
+            closing: AtomicU8::new(OPEN),
             resource,
             probes: Probes::default(),
         }
@@ -373,14 +391,39 @@ impl Store {
     /// subscription: checking that took a mutex shared by every subscriber
     /// on each delivery.
     pub fn close_subscribers(&self) {
-        self.closing.store(true, Ordering::Release);
+        self.close(SHUTTING_DOWN);
+    }
+
+    /// Ends every subscription of this store, open or yet to open, with
+    /// `WatchError::Removed`: the API server no longer serves the type
+    /// (its CRD was deleted). Otherwise as [`Store::close_subscribers`].
+    pub fn close_removed(&self) {
+        self.close(REMOVED);
+    }
+
+    /// Sets the closing reason (the first one set stays) and wakes every
+    /// subscription (see [`Store::close_subscribers`]).
+    fn close(&self, why: u8) {
+        let _ = self
+            .closing
+            .compare_exchange(OPEN, why, Ordering::AcqRel, Ordering::Acquire);
         self.head.send_modify(|_| {});
         self.dispatch.wake_all();
     }
 
-    /// Whether [`Store::close_subscribers`] was called.
+    /// Whether [`Store::close_subscribers`] or [`Store::close_removed`]
+    /// was called.
     pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.closing.load(Ordering::Acquire) != OPEN
+    }
+
+    /// Why the store's subscriptions end, once they do.
+    pub(crate) fn closing(&self) -> Option<Closing> {
+        match self.closing.load(Ordering::Acquire) {
+            OPEN => None,
+            REMOVED => Some(Closing::Removed),
+            _ => Some(Closing::ShuttingDown),
+        }
     }
 
     /// Waits until the store has synced (or is closing), for at most

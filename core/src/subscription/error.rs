@@ -1,11 +1,15 @@
 //! Why a watch cannot start or continue, and the reason a client acts on.
 
 use kube_fanout_proto::{
-    CONNECTION_RETIRED, EXPIRED, NOT_SYNCED, SHUTTING_DOWN, SUBSCRIBER_LAGGED,
+    CONNECTION_RETIRED, EXPIRED, NO_LONGER_SERVED, NOT_SYNCED, SHUTTING_DOWN, SUBSCRIBER_LAGGED,
     TOO_LARGE_RESOURCE_VERSION,
 };
 
-use crate::{object::ResourceVersion, store::ReadError};
+use crate::{
+    object::ResourceVersion,
+    resource::GroupVersionResource,
+    store::{Closing, ReadError, Store},
+};
 
 /// Why a watch cannot start or continue.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +32,10 @@ pub enum WatchError {
         /// The subscriber's last resume point.
         resume_from: ResourceVersion,
     },
+    /// The API server no longer serves the type (its
+    /// CustomResourceDefinition was deleted): there is nothing to resume.
+    #[error("resource {0} is no longer served by the API server")]
+    Removed(GroupVersionResource),
     /// The subscriber fell too far behind what it still has to receive,
     /// or so far that the ring dropped events it had not read.
     #[error("subscriber fell behind the event history; resume from resourceVersion {resume_from}")]
@@ -38,6 +46,15 @@ pub enum WatchError {
 }
 
 impl WatchError {
+    /// What a subscription of `store`, closing, ends with at its resume
+    /// point `resume_from`: ShuttingDown, or Removed.
+    pub(crate) fn closed(store: &Store, resume_from: ResourceVersion) -> Self {
+        match store.closing() {
+            Some(Closing::Removed) => WatchError::Removed(store.resource().gvr.clone()),
+            _ => WatchError::ShuttingDown { resume_from },
+        }
+    }
+
     /// The machine-readable reason: the `google.rpc.ErrorInfo` reason of
     /// the status a client gets, and the label of the metric counting them.
     /// A resume inside a re-sync gap is "Expired" to clients too: the
@@ -48,6 +65,7 @@ impl WatchError {
             WatchError::Read(ReadError::TooLarge { .. }) => TOO_LARGE_RESOURCE_VERSION,
             WatchError::Read(ReadError::NotSynced) => NOT_SYNCED,
             WatchError::ShuttingDown { .. } => SHUTTING_DOWN,
+            WatchError::Removed(_) => NO_LONGER_SERVED,
             WatchError::ConnectionRetired { .. } => CONNECTION_RETIRED,
             WatchError::Lagged { .. } => SUBSCRIBER_LAGGED,
         }

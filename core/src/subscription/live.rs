@@ -237,7 +237,7 @@ impl Live {
         // closing stream going. An atomic load of a flag written once: no
         // lock shared with the other subscribers.
         if cx.store.is_closing() {
-            return Err(self.shutting_down());
+            return Err(self.shutting_down(cx));
         }
         while let Some(event) = pending.pop_front() {
             self.cursor = event.seq;
@@ -324,7 +324,7 @@ impl Live {
         self.phase = Phase::Woken { last_sent };
         match wake {
             // A store gone away goes with the server: a shutdown too.
-            Wake::Changed { store_gone: true } => Err(self.shutting_down()),
+            Wake::Changed { store_gone: true } => Err(self.shutting_down(cx)),
             Wake::Changed { store_gone: false } | Wake::Marked => {
                 cx.store.dispatch().woken();
                 if !cx.limits.min_send_interval.is_zero() {
@@ -398,7 +398,7 @@ impl Live {
         // an unindexed subscriber could take the change without seeing the
         // flag, and sleep until its progress tick.
         if cx.store.is_closing() {
-            return Err(self.shutting_down());
+            return Err(self.shutting_down(cx));
         }
         Ok(head)
     }
@@ -424,10 +424,10 @@ impl Live {
         )
     }
 
-    fn shutting_down(&self) -> WatchError {
-        WatchError::ShuttingDown {
-            resume_from: self.resume.rv(),
-        }
+    /// What the stream ends with once the store closes: ShuttingDown at
+    /// the last resume point, or Removed.
+    fn shutting_down(&self, cx: &Context) -> WatchError {
+        WatchError::closed(&cx.store, self.resume.rv())
     }
 
     fn lagged(&self) -> WatchError {

@@ -163,15 +163,13 @@ enum Begin {
 /// Waits for the store to sync and to reach the asked resourceVersion,
 /// then picks where to start: a resume point, or a snapshot.
 async fn start(cx: &mut Context) -> Result<Begin, WatchError> {
-    let shutting_down = WatchError::ShuttingDown {
-        resume_from: ResourceVersion::default(),
-    };
     let store = &cx.store;
+    let shutting_down = || WatchError::closed(store, ResourceVersion::default());
     // Not synced yet (the reflector's first list has not finished): wait,
     // bounded like a wait for a newer resourceVersion, then NotSynced.
     store.wait_synced(cx.limits.freshness_timeout).await?;
     if store.is_closing() {
-        return Err(shutting_down);
+        return Err(shutting_down());
     }
     // A resume point or minimum freshness the store has not reached
     // yet: wait for it, bounded.
@@ -182,7 +180,7 @@ async fn start(cx: &mut Context) -> Result<Begin, WatchError> {
             .await
             .map_err(|current| ReadError::TooLarge { asked: rv, current })?;
         if store.is_closing() {
-            return Err(shutting_down);
+            return Err(shutting_down());
         }
     }
     Ok(match cx.spec.start {

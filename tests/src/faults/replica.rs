@@ -11,7 +11,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use kube_fanout_proto::v1::{
-    ListResourcesRequest, ResourceStatus, SyncState, kube_fanout_client::KubeFanoutClient,
+    ListRequest, ListResourcesRequest, ResourceStatus, SyncState,
+    kube_fanout_client::KubeFanoutClient,
 };
 use tokio::process::Child;
 
@@ -95,15 +96,22 @@ impl Replica {
         self.starts += 1;
         self.addr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let metrics = format!("127.0.0.1:{}", free_port()?);
+        let on_demand = self
+            .flags
+            .iter()
+            .any(|f| f.starts_with("--on-demand-resources"));
         let mut args = vec![
             format!("--kubeconfig={}", self.kubeconfig.display()),
-            "--resource=v1/configmaps".to_owned(),
             format!("--listen={}", self.addr),
             format!("--metrics-listen={metrics}"),
             // Loopback, raw subscribers without credentials: the contract is
             // under test here, authorization in tests/tests/auth.rs.
             "--auth=none".to_owned(),
         ];
+        // An on-demand replica serves configmaps once asked (see `status`).
+        if !on_demand {
+            args.push("--resource=v1/configmaps".to_owned());
+        }
         args.extend(self.flags.iter().cloned());
         self.child = Some(spawn(self.binary.clone(), &args, &self.log_path())?);
         self.wait_synced()
@@ -177,6 +185,22 @@ async fn status(addr: SocketAddr) -> Result<ResourceStatus> {
     )
     .await
     .context("connecting timed out")??;
+    // A List first: on a replica serving configmaps on demand it starts
+    // the type (answered NotSynced until it has synced, which is fine
+    // here); on the others it is one cheap page.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.list(ListRequest {
+            resource: Some(kube_fanout_proto::v1::ResourceRef {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+            }),
+            limit: 1,
+            ..ListRequest::default()
+        }),
+    )
+    .await;
     let resources = tokio::time::timeout(
         Duration::from_secs(5),
         client.list_resources(ListResourcesRequest::default()),

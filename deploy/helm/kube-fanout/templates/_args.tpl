@@ -8,8 +8,17 @@ binary's own defaults stay the defaults.
 {{- range .Values.servedResources }}
 - {{ printf "--resource=%v" . | quote }}
 {{- end }}
+{{- range .Values.onDemand.resources }}
+- {{ printf "--on-demand-resources=%v" . | quote }}
+{{- end }}
+{{- with .Values.onDemand.maxTypes }}
+- {{ printf "--on-demand-max-types=%v" (int64 .) | quote }}
+{{- end }}
+{{- with .Values.onDemand.idleSeconds }}
+- {{ printf "--on-demand-idle-seconds=%v" (int64 .) | quote }}
+{{- end }}
 {{- range .Values.indexFields }}
-{{- if not (has (first (splitList "=" .)) $.Values.servedResources) }}
+{{- if and (not (has (first (splitList "=" .)) $.Values.servedResources)) (not $.Values.onDemand.resources) }}
 {{- fail (printf "indexFields: %v: the type is not in servedResources" .) }}
 {{- end }}
 - {{ printf "--index-field=%v" . | quote }}

@@ -134,8 +134,10 @@ secret:
 
 {{/*
 The served resources parsed into API groups: a dict from group ("" for the
-core group) to its resources, for the ClusterRole. The schema has already
-checked each entry's form.
+core group, "*" for every group) to its resources ("*" for every resource of
+the group), for the ClusterRole: the configured types (servedResources) and
+the on-demand allow-list (onDemand.resources: GROUP/RESOURCE, GROUP/* or *,
+the core group spelt core). The schema has already checked each entry's form.
 */}}
 {{- define "kube-fanout.rbacGroups" -}}
 {{- $groups := dict }}
@@ -146,11 +148,28 @@ checked each entry's form.
 {{- $resource := last $parts }}
 {{- $_ := set $groups $group (append (get $groups $group | default list) $resource | uniq) }}
 {{- end }}
+{{- range .Values.onDemand.resources }}
+{{- $group := "*" }}
+{{- $resource := "*" }}
+{{- if ne . "*" }}
+{{- $group = first (splitList "/" .) }}
+{{- $resource = last (splitList "/" .) }}
+{{- if eq $group "core" }}{{ $group = "" }}{{ end }}
+{{- end }}
+{{- $_ := set $groups $group (append (get $groups $group | default list) $resource | uniq) }}
+{{- end }}
+{{- /* A group with every resource needs no other entry. */}}
+{{- range $group, $resources := $groups }}
+{{- if has "*" $resources }}{{ $_ := set $groups $group (list "*") }}{{ end }}
+{{- end }}
 {{- toJson $groups }}
 {{- end }}
 
 {{/* Refuses combinations the schema cannot explain readably. */}}
 {{- define "kube-fanout.validate" -}}
+{{- if and (not .Values.servedResources) (not .Values.onDemand.resources) }}
+{{- fail "servedResources and onDemand.resources are both empty: kube-fanout would serve nothing" }}
+{{- end }}
 {{- $grpc := include "kube-fanout.hostPort" (list .Values.listen.host .Values.listen.grpcPort) }}
 {{- $metrics := include "kube-fanout.hostPort" (list .Values.listen.metricsHost .Values.listen.metricsPort) }}
 {{- $offLoopback := or (not (include "kube-fanout.loopback" .)) (not (include "kube-fanout.metricsLoopback" .)) }}
