@@ -3,6 +3,8 @@
 //! chart with its defaults and leaves everything running until Ctrl-C (or
 //! SIGTERM), printing how to reach it with kubectl and grpcurl.
 
+use std::time::Duration;
+
 use anyhow::{Context, Result};
 use clap::Parser;
 use kube_fanout_tests::{
@@ -41,12 +43,28 @@ async fn main() -> Result<()> {
     eprintln!(
         "building (first run: minutes) and starting kube-apiserver, etcd, kube-controller-manager, kube-scheduler, a kubelet on containerd and kube-proxy..."
     );
+    let interrupted = |signal: &str| {
+        eprintln!("{signal} while starting: stopping what had started");
+    };
     let cluster = tokio::select! {
-        cluster = start(&args) => cluster?,
         signal = &mut stopped => {
-            eprintln!("{signal} while starting: stopping what had started");
+            interrupted(signal);
             return Ok(());
         }
+        cluster = start(&args) => match cluster {
+            Ok(cluster) => cluster,
+            // A terminal's Ctrl-C also ends the build or helm that
+            // start-up waits for (a build blocks the runtime, so the
+            // signal is seen after it): that failure is no error of its
+            // own.
+            Err(err) => match tokio::time::timeout(Duration::from_millis(500), &mut stopped).await {
+                Ok(signal) => {
+                    interrupted(signal);
+                    return Ok(());
+                }
+                Err(_) => return Err(err),
+            },
+        },
     };
     let kubeconfig = cluster.cp.kubeconfig.display().to_string();
     let kubectl = cluster.kubectl.display().to_string();
