@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-pub use crate::served::{InUse, Origin, Served, SubscriberGuard};
+pub use crate::served::{Deliveries, InUse, Origin, Served, SubscriberGuard};
 use crate::{
     on_demand::{OnDemand, ResolveError},
     resource::GroupVersionResource,

@@ -1,7 +1,7 @@
 //! One served resource type: its store, its reflector's status, its
-//! subscribers (how many are open, and how many watches ended with which
-//! error), how it came to be served, and who uses it now (what frees an
-//! idle on-demand type).
+//! subscribers (how many are open, what they were sent, and how many
+//! watches ended with which error), how it came to be served, and who
+//! uses it now (what frees an idle on-demand type).
 
 use std::{
     collections::BTreeMap,
@@ -85,6 +85,22 @@ struct Subscribers {
     by_namespace: DashMap<String, u64>,
     /// Watches that ended with an error, by its reason. Rare, so a lock.
     ended: Mutex<BTreeMap<&'static str, u64>>,
+    /// Events handed to subscribers' streams, one per subscriber an event
+    /// reaches (where `Store::status`'s counts are per event published),
+    /// and their encoded bytes. On the event path: one relaxed add each
+    /// per delivery, through the guard each subscription holds, so no
+    /// lookup of the type and no lock.
+    delivered: AtomicU64,
+    delivered_bytes: AtomicU64,
+}
+
+/// What a type's subscribers were sent, all of them together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deliveries {
+    /// Events (changes and bookmarks) handed to subscribers' streams.
+    pub events: u64,
+    /// Their encoded `WatchEvent` bytes.
+    pub bytes: u64,
 }
 
 /// Counts one subscriber for as long as it lives.
@@ -95,6 +111,15 @@ pub struct SubscriberGuard {
 }
 
 impl SubscriberGuard {
+    /// Records that one event of `bytes` encoded bytes was handed to this
+    /// subscriber's stream.
+    pub fn delivered(&self, bytes: usize) {
+        self.subscribers.delivered.fetch_add(1, Ordering::Relaxed);
+        self.subscribers
+            .delivered_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     /// Records that the watch ended with `err`.
     pub fn ended(&self, err: &WatchError) {
         *self
@@ -187,6 +212,14 @@ impl Served {
                 .by_namespace
                 .get(namespace)
                 .map_or(0, |n| *n)
+        }
+    }
+
+    /// What every subscriber of the type was sent so far.
+    pub fn deliveries(&self) -> Deliveries {
+        Deliveries {
+            events: self.subscribers.delivered.load(Ordering::Relaxed),
+            bytes: self.subscribers.delivered_bytes.load(Ordering::Relaxed),
         }
     }
 

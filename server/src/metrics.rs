@@ -1,7 +1,7 @@
 //! Prometheus metrics, read from the cache at scrape time: what an operator
 //! graphs per resource type (objects, subscribers, sync, events and bytes
-//! published, watches ended by error, the reflector's lists, watches and
-//! failures). Nothing is
+//! published, events and bytes delivered to subscribers, watches ended by
+//! error, the reflector's lists, watches and failures). Nothing is
 //! counted twice: the store's ring position is the events counter.
 //!
 //! Served over TLS when the gRPC port is (the same certificate), and with
@@ -127,6 +127,18 @@ const FAMILIES: &[Family] = &[
         help: "Bytes of object JSON published to subscribers.",
         kind: MetricType::Counter,
         value: |_, s, _| s.head.bytes,
+    },
+    Family {
+        name: "kube_fanout_deliveries",
+        help: "Events handed to Watch streams to send, one per subscriber an event reaches (changes, snapshot objects, bookmarks); over kube_fanout_events, deliveries per event.",
+        kind: MetricType::Counter,
+        value: |served, _, _| served.deliveries().events,
+    },
+    Family {
+        name: "kube_fanout_delivered_bytes",
+        help: "Bytes of the encoded WatchEvents handed to Watch streams to send, per subscriber (before gRPC framing and compression).",
+        kind: MetricType::Counter,
+        value: |served, _, _| served.deliveries().bytes,
     },
     Family {
         name: "kube_fanout_relists",
@@ -554,6 +566,8 @@ mod tests {
         cache.insert(Served::new(store, reflector));
         let served = cache.iter()[0].clone();
         let subscriber = served.subscriber("");
+        subscriber.delivered(100);
+        served.subscriber("").delivered(23);
         subscriber.ended(&WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });
@@ -584,6 +598,8 @@ mod tests {
             r#"kube_fanout_reflector_watches_total{resource="v1/configmaps"} 2"#,
             r#"kube_fanout_reflector_failures_total{resource="v1/configmaps"} 1"#,
             "# TYPE kube_fanout_event_bytes counter",
+            r#"kube_fanout_deliveries_total{resource="v1/configmaps"} 2"#,
+            r#"kube_fanout_delivered_bytes_total{resource="v1/configmaps"} 123"#,
             r#"kube_fanout_watch_errors_total{resource="v1/configmaps",reason="SubscriberLagged"} 1"#,
             history_line.as_str(),
         ] {

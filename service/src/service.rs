@@ -179,7 +179,13 @@ impl FanoutService {
             // drops with them, and an on-demand type stays held.
             let _in_use = &in_use;
             result
-                .map(|delivery| encoder.encode(&delivery))
+                .map(|delivery| {
+                    let encoded = encoder.encode(&delivery);
+                    // Counted as it is handed to tonic to write: per
+                    // subscriber, where the store counts per event.
+                    guard.delivered(encoded.encoded_len());
+                    encoded
+                })
                 .map_err(|e| {
                     guard.ended(&e);
                     Status::from(RequestError::from(e))
@@ -420,7 +426,9 @@ mod tests {
 
     use super::*;
     use kube_fanout_auth::limits::{Caller, CallerLimits};
-    use kube_fanout_core::{event::EventKind, object::ResourceVersion, store::Store};
+    use kube_fanout_core::{
+        event::EventKind, object::ResourceVersion, registry::Deliveries, store::Store,
+    };
 
     use crate::list_budget::ListBytesLimits;
     use tonic_types::StatusExt;
@@ -570,9 +578,19 @@ mod tests {
             received.iter().all(|b| b.as_ptr() == received[0].as_ptr()),
             "every subscriber writes the very same bytes"
         );
+        let deleted_len = deleted.len() as u64;
         let deleted = pb::WatchEvent::decode(deleted).unwrap();
         assert_eq!(deleted.r#type(), pb::EventType::Deleted);
         assert_eq!(deleted.resource_version, "2");
+        // Encoded once, but delivered (and counted) once per subscriber.
+        let served = service.cache.iter()[0].clone();
+        assert_eq!(
+            served.deliveries(),
+            Deliveries {
+                events: SUBSCRIBERS as u64 + 1,
+                bytes: SUBSCRIBERS as u64 * received[0].len() as u64 + deleted_len,
+            }
+        );
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
         let mut snapshot = Box::pin(

@@ -2,7 +2,9 @@
 //! query of the Grafana dashboard (panels and template variables) and of
 //! the alerting rules parses as PromQL and names only metrics a running
 //! kube-fanout on the real API server exports, or the few cAdvisor series
-//! named below; and every family it exports is on the dashboard. Families
+//! named below; every family it exports is on the dashboard, whose panels
+//! have ids of their own and do not overlap; and the per-delivery counters
+//! count what subscribers were actually sent. Families
 //! with labels appear once something was counted, so the server is made to
 //! review tokens (accepted, rejected, and refused at the per-source bound)
 //! and an access first. `promtool check rules` and `promtool test rules` run in
@@ -17,16 +19,17 @@ use kube_fanout_auth::{
     budget::{Bound, ReviewLimits},
     reviews::ReviewClient,
 };
-use kube_fanout_client::proto::{ListRequest, kube_fanout_client::KubeFanoutClient};
+use kube_fanout_client::proto::{ListRequest, WatchRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, client_for, user_token},
     fanout::Fanout,
-    support::http_get,
+    support::{configmaps, create_configmap, create_namespace, http_get, next_event},
 };
 use promql_parser::{
     parser::{self, Expr},
     util::{ExprVisitor, walk_expr},
 };
+use prost::Message;
 
 /// deploy/monitoring/, where the dashboard and the rules are.
 fn monitoring() -> std::path::PathBuf {
@@ -253,6 +256,126 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
     ensure!(
         unused.is_empty(),
         "metrics on no dashboard panel: {unused:?}"
+    );
+    check_layout(&dashboard)?;
+    fanout.stop().await?;
+    Ok(())
+}
+
+/// Grafana keys panels by id (a repeated one makes the second panel's
+/// links and edits land on the first) and stacks panels whose grid cells
+/// overlap: every id once, no two panels on one cell.
+fn check_layout(dashboard: &serde_json::Value) -> Result<()> {
+    let panels = dashboard["panels"].as_array().context("no panels")?;
+    let mut ids = BTreeSet::new();
+    let mut cells = std::collections::BTreeMap::new();
+    for panel in panels {
+        let title = panel["title"].as_str().context("a panel without a title")?;
+        let id = panel["id"].as_u64().context(title.to_owned())?;
+        ensure!(ids.insert(id), "panel {title:?} repeats id {id}");
+        let grid = &panel["gridPos"];
+        let at = |key: &str| {
+            grid[key]
+                .as_u64()
+                .with_context(|| format!("{title}: {key}"))
+        };
+        let (x, y, w, h) = (at("x")?, at("y")?, at("w")?, at("h")?);
+        for cell in (x..x + w).flat_map(|x| (y..y + h).map(move |y| (x, y))) {
+            if let Some(other) = cells.insert(cell, title) {
+                anyhow::bail!("panels {other:?} and {title:?} overlap at {cell:?}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The value of the sample `series` (name and labels, as exposed) in a
+/// scrape.
+fn sample(scrape: &str, series: &str) -> Result<u64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .with_context(|| format!("no sample {series} in\n{scrape}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{series} is not an integer"))
+}
+
+/// The per-delivery counters the dashboard's Deliveries and Bytes
+/// delivered panels read move by one per event each subscriber is sent,
+/// and by the bytes it receives: 3 subscribers of 5 changes are 15
+/// deliveries (where kube_fanout_events_total moves by 5), their bytes
+/// the encoded WatchEvents the clients got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_count_each_event_once_per_subscriber_it_reaches() -> Result<()> {
+    const SUBSCRIBERS: usize = 3;
+    const EVENTS: usize = 5;
+    let cp = ControlPlane::start().await?;
+    let fanout = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
+    fanout.wait_synced().await?;
+    create_namespace(&cp.client, "deliveries").await?;
+    let mut client = KubeFanoutClient::connect(format!("http://{}", fanout.addr)).await?;
+    // Watches from the cache's resourceVersion now: no snapshot, no
+    // bookmarks, so each is sent exactly the changes written below.
+    let at = client
+        .list(ListRequest {
+            resource: Some(configmaps()),
+            namespace: "deliveries".into(),
+            ..ListRequest::default()
+        })
+        .await?
+        .into_inner()
+        .resource_version;
+    let mut streams = Vec::new();
+    for _ in 0..SUBSCRIBERS {
+        let request = WatchRequest {
+            resource: Some(configmaps()),
+            namespace: "deliveries".into(),
+            resource_version: at.clone(),
+            ..WatchRequest::default()
+        };
+        streams.push(client.watch(request).await?.into_inner());
+    }
+    let metrics = fanout.metrics_addr.context("metrics")?;
+    let counts = async || -> Result<(u64, u64, u64)> {
+        let scrape = http_get(metrics, "/metrics").await?;
+        Ok((
+            sample(
+                &scrape,
+                r#"kube_fanout_deliveries_total{resource="v1/configmaps"}"#,
+            )?,
+            sample(
+                &scrape,
+                r#"kube_fanout_delivered_bytes_total{resource="v1/configmaps"}"#,
+            )?,
+            sample(
+                &scrape,
+                r#"kube_fanout_events_total{resource="v1/configmaps"}"#,
+            )?,
+        ))
+    };
+    let before = counts().await?;
+    for i in 0..EVENTS {
+        create_configmap(&cp.client, "deliveries", &format!("cm-{i}"), "v").await?;
+    }
+    let mut received_bytes = 0u64;
+    for stream in &mut streams {
+        for _ in 0..EVENTS {
+            received_bytes += next_event(stream).await?.encoded_len() as u64;
+        }
+    }
+    // Counted before tonic writes them, so settled once every client has
+    // read its events; nothing else is sent to these streams.
+    let after = counts().await?;
+    let moved = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    ensure!(
+        moved == ((SUBSCRIBERS * EVENTS) as u64, received_bytes, EVENTS as u64),
+        "{SUBSCRIBERS} subscribers of {EVENTS} events: (deliveries, delivered bytes, events) moved by {moved:?}, expected ({}, {received_bytes} bytes received, {EVENTS})",
+        SUBSCRIBERS * EVENTS,
+    );
+    println!(
+        "{SUBSCRIBERS} subscribers x {EVENTS} events: {} deliveries, {} bytes",
+        moved.0, moved.1
     );
     fanout.stop().await?;
     Ok(())

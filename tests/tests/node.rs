@@ -10,8 +10,12 @@
 //! is refused with a message saying so; `helm upgrade` rolls the pods one
 //! at a time while changes keep coming, and the client, one container
 //! that never restarts, resumes on the next pod after each server it
-//! followed goes: it prints every change once, in order; `helm uninstall`
-//! leaves nothing behind.
+//! followed goes: it prints every change once, in order; the
+//! PodDisruptionBudget refuses a second eviction; a readiness probe
+//! patched to a wrong port keeps its pod from Ready with the kubelet
+//! reporting the failure, and the chart's probe, restored by `helm
+//! upgrade`, turns the new pods Ready; `helm uninstall` leaves nothing
+//! behind.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -162,6 +166,7 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
 
     check_disruption_budget(&cluster).await?;
     wait_rolled_out(&cluster, 2).await?;
+    check_probes_are_real(&cluster, &helm).await?;
 
     helm.run(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])
         .await?;
@@ -207,6 +212,164 @@ async fn wait_rolled_out(cluster: &Cluster, generation: i64) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) => Err(e.context(diagnose(&kube).await)),
     }
+}
+
+/// A port in the pod where nothing listens (the chart's are 50051, 9090
+/// and 8081).
+const WRONG_PROBE_PORT: i32 = 8089;
+
+/// The pods turn Ready through the kubelet's own gRPC probes, not
+/// whatever they do: with the Deployment's readiness probe patched to
+/// [`WRONG_PROBE_PORT`] (generation 3), the new pod's kube-fanout runs but
+/// the pod stays not Ready while the kubelet reports the probe failing,
+/// and the rollout goes no further (maxUnavailable 0: the old pods
+/// serve); `helm upgrade` with a new value then puts the chart's probe
+/// back (its three-way merge undoes the patch) and its pods turn Ready
+/// (generation 4). What a wrong probe port in the chart would do to a
+/// first install, where [`wait_rolled_out`]'s error quotes the same
+/// events.
+async fn check_probes_are_real(cluster: &Cluster, helm: &Helm) -> Result<()> {
+    let started = std::time::Instant::now();
+    let kube = cluster.cp.client.clone();
+    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
+    let events: Api<Event> = Api::namespaced(kube.clone(), NAMESPACE);
+    let chart_port = readiness_port(
+        &deployments
+            .get(FULLNAME)
+            .await?
+            .spec
+            .and_then(|s| s.template.spec),
+    )
+    .context("the chart's Deployment has no gRPC readiness probe")?;
+    ensure!(
+        chart_port != WRONG_PROBE_PORT,
+        "the chart probes {WRONG_PROBE_PORT}"
+    );
+    deployments
+        .patch(
+            FULLNAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "kube-fanout", "readinessProbe": {"grpc": {"port": WRONG_PROBE_PORT}}}
+            ]}}}})),
+        )
+        .await?;
+    /// What became of the pod with the wrong probe.
+    enum Seen {
+        Ready(String),
+        ProbeFailing {
+            pod: String,
+            failures: i32,
+            message: String,
+        },
+    }
+    let seen = cluster
+        .wait_for(
+            "the kubelet reporting the wrong port's readiness probe failing",
+            POD_TIMEOUT,
+            || async {
+                let all_events = events.list(&ListParams::default()).await?;
+                for pod in pods.list(&ListParams::default().labels(SELECTOR)).await? {
+                    if readiness_port(&pod.spec) != Some(WRONG_PROBE_PORT) {
+                        continue;
+                    }
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if pod_state(&pod).ready {
+                        return Ok(Some(Seen::Ready(name)));
+                    }
+                    let running = pod
+                        .status
+                        .and_then(|s| s.container_statuses)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+                    let failed: Vec<&Event> = all_events
+                        .items
+                        .iter()
+                        .filter(|e| {
+                            e.involved_object.name.as_deref() == Some(&name)
+                                && e.reason.as_deref() == Some("Unhealthy")
+                                && e.message
+                                    .as_deref()
+                                    .is_some_and(|m| m.starts_with("Readiness probe failed"))
+                        })
+                        .collect();
+                    let failures: i32 = failed.iter().map(|e| e.count.unwrap_or(1)).sum();
+                    // Three failures (15 s at periodSeconds 5) of a
+                    // container that runs: longer than the chart's pods
+                    // take to turn Ready.
+                    if running && failures >= 3 {
+                        let message = failed
+                            .last()
+                            .and_then(|e| e.message.clone())
+                            .unwrap_or_default();
+                        return Ok(Some(Seen::ProbeFailing {
+                            pod: name,
+                            failures,
+                            message,
+                        }));
+                    }
+                }
+                Ok(None)
+            },
+        )
+        .await?;
+    let (pod, failures, message) = match seen {
+        Seen::Ready(pod) => bail!(
+            "pod {pod} turned Ready with its readiness probe on port {WRONG_PROBE_PORT}, where nothing listens: the kubelet is not probing the pods"
+        ),
+        Seen::ProbeFailing {
+            pod,
+            failures,
+            message,
+        } => (pod, failures, message),
+    };
+    ensure!(
+        message.contains(&format!(":{WRONG_PROBE_PORT}")),
+        "pod {pod}'s probe failure does not name port {WRONG_PROBE_PORT}: {message}"
+    );
+    let ready = ready_pods(&pods).await?;
+    ensure!(
+        ready.len() == REPLICAS && !ready.contains(&pod),
+        "with the new pod {pod} not Ready the {REPLICAS} old ones should still serve (maxUnavailable 0); Ready: {ready:?}"
+    );
+    tracing::info!(%pod, failures, %message, "the wrong probe port kept the pod from Ready");
+    helm.run(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "config.logLevel=info",
+    ])
+    .await?;
+    wait_rolled_out(cluster, 4).await?;
+    for pod in pods.list(&ListParams::default().labels(SELECTOR)).await? {
+        ensure!(
+            readiness_port(&pod.spec) == Some(chart_port),
+            "after helm upgrade pod {:?} probes {:?}, not the chart's {chart_port}",
+            pod.metadata.name,
+            readiness_port(&pod.spec)
+        );
+    }
+    tracing::info!(elapsed = ?started.elapsed(), "the probe check (a wrong port, then the chart's) took");
+    Ok(())
+}
+
+/// The port of a pod spec's kube-fanout container's gRPC readiness probe.
+fn readiness_port(spec: &Option<k8s_openapi::api::core::v1::PodSpec>) -> Option<i32> {
+    spec.as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "kube-fanout")?
+        .readiness_probe
+        .as_ref()?
+        .grpc
+        .as_ref()
+        .map(|g| g.port)
 }
 
 /// Why the release's pods are not Ready, as a person would find out with

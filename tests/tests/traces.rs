@@ -2,7 +2,11 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, sends its spans to a minimal OTLP/gRPC
 //! trace receiver run here, each call's span a child of the caller's W3C
 //! trace context, beside the reflector's phase and relist spans; without
-//! the variable it sends nothing, and installs nothing.
+//! the variable it sends nothing, and installs nothing. To an `https://`
+//! endpoint it sends over TLS, trusting the CA the standard variable
+//! names and presenting the client certificate the standard variables
+//! name; with another CA, or without the client certificate the receiver
+//! asks for, nothing arrives.
 
 use std::{
     net::SocketAddr,
@@ -14,6 +18,7 @@ use anyhow::{Context, Result, ensure};
 use kube_fanout_proto::v1::{ListRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::ControlPlane,
+    pki::{Ca, Pair},
     process::FanoutProcess,
     support::{configmaps, read_snapshot, watch_list},
 };
@@ -26,7 +31,10 @@ use opentelemetry_proto::tonic::{
     trace::v1::{Span, span::SpanKind},
 };
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status, transport::server::TcpIncoming};
+use tonic::{
+    Request, Response, Status,
+    transport::{Certificate, Identity, ServerTlsConfig, server::TcpIncoming},
+};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_kube-fanout-under-test");
 
@@ -77,15 +85,44 @@ impl TraceService for Receiver {
 impl Receiver {
     /// Serves on [`RECEIVER`] until `stop` fires.
     async fn start(stop: CancellationToken) -> Result<Self> {
-        let receiver = Receiver::default();
         let listener = tokio::net::TcpListener::bind(RECEIVER)
             .await
             .with_context(|| format!("the test's OTLP receiver cannot listen on {RECEIVER}"))?;
-        let server = tonic::transport::Server::builder()
+        Ok(Self::serve(
+            listener,
+            tonic::transport::Server::builder(),
+            stop,
+        ))
+    }
+
+    /// Serves over TLS with `serving`, asking for a client certificate
+    /// issued by `clients`, on a port of its own until `stop` fires: its
+    /// address.
+    async fn start_tls(
+        serving: &Pair,
+        clients: &Ca,
+        stop: CancellationToken,
+    ) -> Result<(Self, SocketAddr)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(&serving.cert, &serving.key))
+            .client_ca_root(Certificate::from_pem(clients.pem()));
+        let builder = tonic::transport::Server::builder().tls_config(tls)?;
+        Ok((Self::serve(listener, builder, stop), addr))
+    }
+
+    fn serve(
+        listener: tokio::net::TcpListener,
+        mut builder: tonic::transport::Server,
+        stop: CancellationToken,
+    ) -> Self {
+        let receiver = Receiver::default();
+        let server = builder
             .add_service(TraceServiceServer::new(receiver.clone()))
             .serve_with_incoming_shutdown(TcpIncoming::from(listener), stop.cancelled_owned());
         tokio::spawn(server);
-        Ok(receiver)
+        receiver
     }
 
     fn spans(&self) -> Vec<Received> {
@@ -275,5 +312,100 @@ async fn calls_and_reflector_phases_are_exported_in_the_callers_trace_and_nothin
     );
     // The long-lived tasks' spans are not sent.
     ensure!(!spans.iter().any(|r| r.span.name == "reflector"));
+    Ok(())
+}
+
+/// Over TLS: with `OTEL_EXPORTER_OTLP_CERTIFICATE` naming the receiver's
+/// CA and the client certificate and key it asks for, the List's span
+/// arrives in its caller's trace; with another CA, or without the client
+/// certificate, the process runs and serves as ever, and nothing of it
+/// arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_to_an_https_endpoint_over_tls_verified_with_the_ca_the_variables_name()
+-> Result<()> {
+    kube_fanout_tests::init_logging();
+    let cp = ControlPlane::start().await?;
+    let dir = tempfile::tempdir()?;
+    let (collector_ca, other_ca, clients) = (
+        Ca::new("otlp-collector")?,
+        Ca::new("not-the-collector")?,
+        Ca::new("otlp-clients")?,
+    );
+    let file = |name: &str, pem: &str| -> Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem)?;
+        Ok(path.display().to_string())
+    };
+    let ca = file("ca.crt", &collector_ca.pem())?;
+    let wrong_ca = file("other-ca.crt", &other_ca.pem())?;
+    let client = clients.client("kube-fanout", "exporters")?;
+    let (client_cert, client_key) = (
+        file("client.crt", &client.cert)?,
+        file("client.key", &client.key)?,
+    );
+    let stop = CancellationToken::new();
+    let (receiver, addr) =
+        Receiver::start_tls(&collector_ca.serving()?, &clients, stop.clone()).await?;
+    let endpoint = format!("https://localhost:{}", addr.port());
+    let args = ["--resource", "v1/configmaps", "--auth=none"];
+
+    /// Runs kube-fanout as `service`, exporting to the receiver with
+    /// `tls` (the TLS variables), makes its calls and stops it: the List's
+    /// caller.
+    async fn run(
+        cp: &ControlPlane,
+        service: &str,
+        endpoint: &str,
+        args: &[&str],
+        tls: &[(&str, &str)],
+    ) -> Result<Caller> {
+        let mut env = vec![
+            ("OTEL_SERVICE_NAME", service),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            // Exported at the shutdown's flush, bounded when it fails.
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "3000"),
+        ];
+        env.extend_from_slice(tls);
+        let process = FanoutProcess::serving_with_env(BINARY.as_ref(), cp, args, &env).await?;
+        let (list, _watch) = call(process.addr).await?;
+        process.terminate(SHUTDOWN).await?;
+        Ok(list)
+    }
+    let identity = [
+        (
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            client_cert.as_str(),
+        ),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", client_key.as_str()),
+    ];
+    let mut wrong = vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", wrong_ca.as_str())];
+    wrong.extend_from_slice(&identity);
+    run(&cp, "trusting-another-ca", &endpoint, &args, &wrong).await?;
+    let without_identity = [("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca.as_str())];
+    run(
+        &cp,
+        "without-a-client-certificate",
+        &endpoint,
+        &args,
+        &without_identity,
+    )
+    .await?;
+    let mut right = vec![("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca.as_str())];
+    right.extend_from_slice(&identity);
+    let trusted = run(&cp, "trusted", &endpoint, &args, &right).await?;
+    stop.cancel();
+    let spans = receiver.spans();
+    println!("received {} spans over TLS", spans.len());
+    let list = trusted
+        .span_of(&spans, "List")
+        .context("no span of the List call arrived over TLS with the collector's CA and a client certificate")?;
+    ensure!(list.span.parent_span_id == trusted.span_id);
+    let services: std::collections::BTreeSet<&str> =
+        spans.iter().map(|r| r.service.as_str()).collect();
+    ensure!(
+        services == ["trusted"].into(),
+        "spans arrived from the services {services:?}: only the one trusting the collector's CA and presenting a client certificate should get through"
+    );
     Ok(())
 }

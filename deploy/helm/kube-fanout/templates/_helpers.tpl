@@ -182,6 +182,14 @@ the core group spelt core). The schema has already checked each entry's form.
 {{- if and (or .Values.tls.existingSecret .Values.tls.certManager.enabled) (not .Values.tls.enabled) }}
 {{- fail "a TLS certificate is configured (tls.existingSecret or tls.certManager) but tls.enabled is false" }}
 {{- end }}
+{{- with .Values.traces.tls }}
+{{- if and .ca.existingSecret .ca.existingConfigMap }}
+{{- fail "traces.tls.ca.existingSecret and traces.tls.ca.existingConfigMap are alternatives: set one" }}
+{{- end }}
+{{- if and (or .ca.existingSecret .ca.existingConfigMap .clientCertificateSecret) (not (hasPrefix "https://" $.Values.traces.endpoint)) }}
+{{- fail (printf "traces.tls is set but traces.endpoint %q is not https://: the exporter would speak plaintext and never use it" $.Values.traces.endpoint) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.tls.clientCA.existingSecret .Values.tls.clientCA.existingConfigMap }}
 {{- fail "tls.clientCA.existingSecret and tls.clientCA.existingConfigMap are alternatives: set one" }}
 {{- end }}
