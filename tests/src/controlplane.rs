@@ -308,15 +308,24 @@ impl ControlPlane {
     /// server has answered, whatever their verb and code: the sum of its
     /// own `apiserver_request_total` series for it.
     pub async fn requests_answered(&self, resource: &str) -> Result<u64> {
+        Ok(self
+            .metric_sum("apiserver_request_total", resource, "")
+            .await? as u64)
+    }
+
+    /// The sum of the API server's own series `metric` for `resource`
+    /// whose lines also hold `also` (say `verb="WATCH"`; "" for all).
+    pub async fn metric_sum(&self, metric: &str, resource: &str, also: &str) -> Result<f64> {
         let metrics = self
             .client
             .request_text(http::Request::get("/metrics").body(Vec::new())?)
             .await?;
+        let series = format!("{metric}{{");
         let wanted = format!("resource=\"{resource}\"");
         let mut total = 0.0;
         for line in metrics
             .lines()
-            .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&wanted))
+            .filter(|l| l.starts_with(&series) && l.contains(&wanted) && l.contains(also))
         {
             total += line
                 .rsplit(' ')
@@ -324,7 +333,7 @@ impl ControlPlane {
                 .context("a sample value")?
                 .parse::<f64>()?;
         }
-        Ok(total as u64)
+        Ok(total)
     }
 
     /// A client of the API server that authenticates with `token`.

@@ -132,17 +132,7 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
             anyhow::Ok(written)
         })
     };
-    helm.run(&[
-        "upgrade",
-        RELEASE,
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--reuse-values",
-        "--set",
-        "config.logLevel=debug",
-    ])
-    .await?;
+    upgrade_keeping_values(&helm, "config.logLevel=debug").await?;
     wait_rolled_out(&cluster, 2).await?;
     stop.cancel();
     written.extend(writer.await??);
@@ -217,6 +207,23 @@ async fn wait_rolled_out(cluster: &Cluster, generation: i64) -> Result<()> {
 /// A port in the pod where nothing listens (the chart's are 50051, 9090
 /// and 8081).
 const WRONG_PROBE_PORT: i32 = 8089;
+
+/// `helm upgrade` of the release with its values kept and `set` changed:
+/// a new pod template, so the pods roll.
+async fn upgrade_keeping_values(helm: &Helm, set: &str) -> Result<()> {
+    helm.run(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        set,
+    ])
+    .await?;
+    Ok(())
+}
 
 /// The pods turn Ready through the kubelet's own gRPC probes, not
 /// whatever they do: with the Deployment's readiness probe patched to
@@ -335,17 +342,7 @@ async fn check_probes_are_real(cluster: &Cluster, helm: &Helm) -> Result<()> {
         "with the new pod {pod} not Ready the {REPLICAS} old ones should still serve (maxUnavailable 0); Ready: {ready:?}"
     );
     tracing::info!(%pod, failures, %message, "the wrong probe port kept the pod from Ready");
-    helm.run(&[
-        "upgrade",
-        RELEASE,
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--reuse-values",
-        "--set",
-        "config.logLevel=info",
-    ])
-    .await?;
+    upgrade_keeping_values(helm, "config.logLevel=info").await?;
     wait_rolled_out(cluster, 4).await?;
     for pod in pods.list(&ListParams::default().labels(SELECTOR)).await? {
         ensure!(

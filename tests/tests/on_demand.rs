@@ -222,45 +222,35 @@ async fn apiserver_changes(
     Ok(changes)
 }
 
-/// The sum of the API server's own series `metric` for `resource`
-/// (whose lines also hold `also`, e.g. `verb="WATCH"`).
-async fn apiserver_metric(
-    cp: &ControlPlane,
-    metric: &str,
-    resource: &str,
-    also: &str,
-) -> Result<f64> {
-    let text = cp
-        .client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+/// Waits (up to four idle times) until one on-demand type has stopped
+/// for idleness: `what` names the wait in its failure.
+async fn first_idle_stop(fanout: &Fanout, what: &str) -> Result<()> {
+    eventually(what)
+        .within(IDLE * 4)
+        .every(Duration::from_millis(100))
+        .until(
+            async || metric(fanout, "kube_fanout_on_demand_stops_total{reason=\"idle\"}").await,
+            |stops| *stops == 1,
+        )
         .await?;
-    let wanted = format!("resource=\"{resource}\"");
-    let mut total = 0.0;
-    for line in text.lines().filter(|l| {
-        l.starts_with(&format!("{metric}{{")) && l.contains(&wanted) && l.contains(also)
-    }) {
-        total += line.rsplit(' ').next().context("a value")?.parse::<f64>()?;
-    }
-    Ok(total)
+    Ok(())
 }
 
 /// The watches of `resource` the API server is serving now.
 async fn apiserver_watches(cp: &ControlPlane, resource: &str) -> Result<f64> {
-    apiserver_metric(
-        cp,
-        "apiserver_longrunning_requests",
-        resource,
-        "verb=\"WATCH\"",
-    )
-    .await
+    cp.metric_sum("apiserver_longrunning_requests", resource, "verb=\"WATCH\"")
+        .await
 }
 
 /// The LISTs (and finished WATCHes) of `resource` the API server has
 /// answered.
 async fn apiserver_reads(cp: &ControlPlane, resource: &str) -> Result<f64> {
-    let lists = apiserver_metric(cp, "apiserver_request_total", resource, "verb=\"LIST\"").await?;
-    let watches =
-        apiserver_metric(cp, "apiserver_request_total", resource, "verb=\"WATCH\"").await?;
+    let lists = cp
+        .metric_sum("apiserver_request_total", resource, "verb=\"LIST\"")
+        .await?;
+    let watches = cp
+        .metric_sum("apiserver_request_total", resource, "verb=\"WATCH\"")
+        .await?;
     Ok(lists + watches)
 }
 
@@ -457,20 +447,7 @@ async fn a_crd_installed_later_is_served_on_demand_stops_when_idle_and_ends_when
             |idle| *idle == 1,
         )
         .await?;
-    eventually("the idle type stopped")
-        .within(IDLE * 4)
-        .every(Duration::from_millis(100))
-        .until(
-            async || {
-                metric(
-                    &fanout,
-                    "kube_fanout_on_demand_stops_total{reason=\"idle\"}",
-                )
-                .await
-            },
-            |stops| *stops == 1,
-        )
-        .await?;
+    first_idle_stop(&fanout, "the idle type stopped").await?;
     eventually("the API server's watch of widgets ended")
         .within(Duration::from_secs(10))
         .every(Duration::from_millis(100))
@@ -638,20 +615,7 @@ async fn the_bound_the_allow_list_and_unknown_types_refuse_as_documented() -> Re
     );
     // Once the held type is freed (idle), the other one fits.
     drop(widgets);
-    eventually("widgets freed")
-        .within(IDLE * 4)
-        .every(Duration::from_millis(100))
-        .until(
-            async || {
-                metric(
-                    &fanout,
-                    "kube_fanout_on_demand_stops_total{reason=\"idle\"}",
-                )
-                .await
-            },
-            |stops| *stops == 1,
-        )
-        .await?;
+    first_idle_stop(&fanout, "widgets freed").await?;
     // Unknown upstream (with a slot free, so discovery is asked): NOT_FOUND
     // too, and no slot kept.
     let unknown = alice
