@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -48,7 +49,21 @@ type settings struct {
 	token                  tokenSource
 	insecurePlaintextToken bool
 	gzip                   bool
+	reconnectWait          time.Duration
 	extra                  []grpc.DialOption
+}
+
+// defaultReconnectWait is how long a call waits for a server to be
+// reachable again before it fails: the reflector's longest backoff, so a
+// restart shorter than that costs an informer none of its backoff.
+const defaultReconnectWait = 30 * time.Second
+
+// WithReconnectWait sets how long a call waits, when no server can be
+// reached, for one to become reachable (a restarting replica, a rolling
+// update) before failing as unavailable (the 429 the reflector backs off
+// on). The default is 30 s; 0 fails at once.
+func WithReconnectWait(d time.Duration) Option {
+	return func(s *settings) { s.reconnectWait = d }
 }
 
 // WithTLS uses TLS with this configuration (CA, server name, client
@@ -67,9 +82,10 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // of addresses. A call that cannot reach the current server moves on to
 // the next. Safe for concurrent use; share one Conn between informers.
 type Conn struct {
-	addrs   []string
-	clients []pb.KubeFanoutClient
-	conns   []*grpc.ClientConn
+	addrs         []string
+	clients       []pb.KubeFanoutClient
+	conns         []*grpc.ClientConn
+	reconnectWait time.Duration
 
 	mu      sync.Mutex
 	current int
@@ -85,11 +101,11 @@ func Dial(addresses []string, opts ...Option) (*Conn, error) {
 	if len(addresses) == 0 {
 		return nil, errors.New("kube-fanout: no server address given")
 	}
-	var s settings
+	s := settings{reconnectWait: defaultReconnectWait}
 	for _, opt := range opts {
 		opt(&s)
 	}
-	c := &Conn{addrs: addresses, kinds: map[resourceKey]string{}}
+	c := &Conn{addrs: addresses, reconnectWait: s.reconnectWait, kinds: map[resourceKey]string{}}
 	for _, addr := range addresses {
 		if err := checkPlaintextToken(addr, &s); err != nil {
 			_ = c.Close()
@@ -173,8 +189,24 @@ func (c *Conn) Address() string {
 
 // call runs fn against the current server and, when that server cannot be
 // reached (UNAVAILABLE), against the next ones in turn, each at most once.
-// The server that answered becomes the current one; its index is returned.
+// When none could be reached at all (no server answered, as against a
+// restarting replica), it waits up to the reconnect wait for one to become
+// reachable and tries them once more: a watch or list made while
+// kube-fanout restarts then returns once it is back, instead of failing
+// and costing the reflector a step of its backoff, which grows to 30-60 s
+// and is kept for two minutes, so a few restarts in a row would leave an
+// informer stale for a minute. The server that answered becomes the
+// current one; its index is returned.
 func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) (int, error) {
+	idx, err := c.tryEach(ctx, fn)
+	if !unreachable(err) || ctx.Err() != nil || !c.waitReachable(ctx) {
+		return idx, err
+	}
+	return c.tryEach(ctx, fn)
+}
+
+// tryEach is one pass of call over the servers.
+func (c *Conn) tryEach(ctx context.Context, fn func(pb.KubeFanoutClient) error) (int, error) {
 	c.mu.Lock()
 	start := c.current
 	c.mu.Unlock()
@@ -189,6 +221,53 @@ func (c *Conn) call(ctx context.Context, fn func(pb.KubeFanoutClient) error) (in
 		}
 	}
 	return start, err
+}
+
+// unreachable reports whether err is grpc-go's UNAVAILABLE for a server it
+// could not reach or lost the connection to. kube-fanout's own UNAVAILABLE
+// answers (NotSynced, ShuttingDown, ConnectionRetired) carry an ErrorInfo
+// reason.
+func unreachable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	reason, _ := errorInfo(st)
+	return reason == ""
+}
+
+// waitReachable waits until a connection to one of the servers is ready,
+// for at most the reconnect wait; it reports whether one is.
+func (c *Conn) waitReachable(ctx context.Context) bool {
+	if c.reconnectWait <= 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.reconnectWait)
+	defer cancel()
+	ready := make(chan struct{}, len(c.conns))
+	for _, conn := range c.conns {
+		go func() {
+			for {
+				state := conn.GetState()
+				switch state {
+				case connectivity.Ready:
+					ready <- struct{}{}
+					return
+				case connectivity.Idle:
+					conn.Connect()
+				}
+				if !conn.WaitForStateChange(ctx, state) {
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case <-ready:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // moveOn makes the next call start at the server after idx, unless another

@@ -17,6 +17,10 @@ import (
 // catch up with an asked resourceVersion in time.
 const reasonTooLarge = "TooLargeResourceVersion"
 
+// reasonShuttingDown is the ErrorInfo reason of a watch ended because its
+// server is shutting down.
+const reasonShuttingDown = "ShuttingDown"
+
 // reasonRetired is the ErrorInfo reason of a watch ended because its
 // connection reached kube-fanout's maximum connection age.
 const reasonRetired = "ConnectionRetired"
@@ -29,10 +33,12 @@ const reasonRetired = "ConnectionRetired"
 //   - OUT_OF_RANGE (reason Expired): 410 Expired; the reflector relists.
 //   - DEADLINE_EXCEEDED with reason TooLargeResourceVersion: a timeout with
 //     the ResourceVersionTooLarge cause; the reflector relists at "".
-//   - RESOURCE_EXHAUSTED (a lagging subscriber), UNAVAILABLE (a server shutting
-//     down, not synced yet, or unreachable): 429; the reflector backs off and
-//     watches again from its last resourceVersion, without relisting, which
-//     is exactly a resume.
+//   - RESOURCE_EXHAUSTED (a lagging subscriber), UNAVAILABLE (a server not
+//     synced yet, or none reachable within the reconnect wait): 429; the
+//     reflector backs off and watches again from its last resourceVersion,
+//     without relisting, which is exactly a resume. (A watch whose server
+//     shuts down or whose connection breaks ends cleanly instead: see the
+//     watcher's pump.)
 //   - the rest as the API server maps the same faults.
 func statusError(err error) error {
 	if err == nil {

@@ -95,6 +95,14 @@ func serve(t *testing.T, f *fakeServer, cert *tls.Certificate) string {
 // serveOn starts f on lis (TLS when cert is given) and returns its address.
 func serveOn(t *testing.T, f *fakeServer, cert *tls.Certificate, lis net.Listener) string {
 	t.Helper()
+	startServer(t, f, cert, lis)
+	return lis.Addr().String()
+}
+
+// startServer starts f on lis (TLS when cert is given), stopped when the
+// test ends unless the test stops it first.
+func startServer(t *testing.T, f *fakeServer, cert *tls.Certificate, lis net.Listener) *grpc.Server {
+	t.Helper()
 	var opts []grpc.ServerOption
 	if cert != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{*cert}})))
@@ -103,7 +111,7 @@ func serveOn(t *testing.T, f *fakeServer, cert *tls.Certificate, lis net.Listene
 	pb.RegisterKubeFanoutServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return srv
 }
 
 // withReason is a status carrying kube-fanout's ErrorInfo.

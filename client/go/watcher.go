@@ -66,8 +66,8 @@ func startWatch(ctx context.Context, conn *Conn, req *pb.WatchRequest, s watchSe
 	w := &watcher{result: make(chan watch.Event), cancel: cancel}
 	go func() {
 		// A server that ends the stream as unavailable (shutting down, not
-		// synced) is left for the next one, where the reflector's next
-		// watch resumes.
+		// synced, gone) is left for the next one, where the reflector's
+		// next watch resumes.
 		if w.pump(ctx, stream, s) == codes.Unavailable {
 			conn.moveOn(server)
 		}
@@ -84,6 +84,13 @@ func withTimeout(ctx context.Context, cancel context.CancelFunc, d time.Duration
 // its timeout passes; then it closes the result channel and returns the
 // code the stream ended with (OK when it ended cleanly or was stopped).
 //
+// A stream that ended because its server is going (ShuttingDown) or gone
+// (the connection was lost) also closes the channel without an error, as
+// client-go's own watch does when the API server's connection breaks: the
+// reflector watches again at once from its last resourceVersion, and that
+// watch waits for a reachable server (see Conn.call). An error would make
+// the reflector back off first, and its backoff outlives the restart.
+//
 // Re-sync units: kube-fanout sends what the upstream lost as a unit of
 // events with resync=true, to be applied together. A watch.Interface
 // delivers events one by one into the informer's store, so applying a unit
@@ -99,6 +106,9 @@ func (w *watcher) pump(ctx context.Context, stream pb.KubeFanout_WatchClient, s 
 		if err != nil {
 			if errors.Is(err, io.EOF) || ctx.Err() != nil || timedOut(ctx, err) || retired(err) {
 				return codes.OK
+			}
+			if handedOver(err) {
+				return codes.Unavailable
 			}
 			w.send(ctx, errorEvent(statusError(err)))
 			return status.Code(err)
@@ -178,6 +188,18 @@ func timedOut(ctx context.Context, err error) bool {
 	code := status.Code(err)
 	return ok && (code == codes.Canceled || code == codes.DeadlineExceeded) &&
 		time.Until(deadline) < 100*time.Millisecond
+}
+
+// handedOver reports whether err ends the stream because its server is
+// shutting down (it names the resourceVersion to resume from elsewhere) or
+// could no longer be reached: the watch resumes on the next server.
+func handedOver(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	reason, _ := errorInfo(st)
+	return reason == reasonShuttingDown || unreachable(err)
 }
 
 // retired reports whether err ends the stream because kube-fanout retired

@@ -103,7 +103,7 @@ func TestWatchStatusesBecomeTheAPIServersErrors(t *testing.T) {
 		{"too large rv relists from the freshest state", withReason(codes.DeadlineExceeded, "too large resource version", "TooLargeResourceVersion", "9"),
 			func(err error) bool { return apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) }},
 		{"a lagging subscriber resumes", withReason(codes.ResourceExhausted, "lagged", "SubscriberLagged", "7"), apierrors.IsTooManyRequests},
-		{"a server shutting down resumes", withReason(codes.Unavailable, "shutting down", "ShuttingDown", "7"), apierrors.IsTooManyRequests},
+		{"a server not synced yet is retried", withReason(codes.Unavailable, "not synced", "NotSynced", "7"), apierrors.IsTooManyRequests},
 		{"a bad selector is a bad request", withReason(codes.InvalidArgument, "bad label selector", "", ""), apierrors.IsBadRequest},
 	}
 	for _, c := range cases {
@@ -248,8 +248,8 @@ func TestFailoverTLSAndToken(t *testing.T) {
 	}
 }
 
-// When no server answers, opening a watch fails with the 429 the reflector
-// retries without relisting.
+// When no server answers within the reconnect wait, opening a watch fails
+// with the 429 the reflector retries without relisting, after waiting.
 func TestNoServerIsRetriable(t *testing.T) {
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -257,9 +257,77 @@ func TestNoServerIsRetriable(t *testing.T) {
 	}
 	addr := dead.Addr().String()
 	_ = dead.Close()
-	_, err = NewListWatch(dial(t, []string{addr}), configMaps, "", nil).WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	_, err = NewListWatch(dial(t, []string{addr}, WithReconnectWait(wait)), configMaps, "", nil).WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("watching with no server: %v", err)
+	}
+	if took := time.Since(start); took < wait {
+		t.Fatalf("failed after %v, before the reconnect wait of %v", took, wait)
+	}
+}
+
+// A watch opened while its only server is down (restarting) waits for it
+// and opens once it is back, instead of failing with the 429 that costs the
+// reflector a step of backoff.
+func TestWatchWaitsForARestartedServer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	startServer(t, &fakeServer{}, nil, lis).Stop()
+	restarted := &fakeServer{}
+	go func() {
+		time.Sleep(time.Second)
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		startServer(t, restarted, nil, lis)
+	}()
+	w, err := NewListWatch(dial(t, []string{addr}), configMaps, "", nil).WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	if err != nil {
+		t.Fatalf("watching while the server restarts: %v", err)
+	}
+	defer w.Stop()
+	restarted.mu.Lock()
+	defer restarted.mu.Unlock()
+	if len(restarted.requests) != 1 || restarted.requests[0].GetResourceVersion() != "3" {
+		t.Fatalf("the restarted server got %v", restarted.requests)
+	}
+}
+
+// A watch whose server went away (the connection broke) ends cleanly, as
+// client-go's own watch does when the API server's connection breaks: the
+// reflector watches again at once, on the next server.
+func TestWatchEndsCleanlyWhenItsServerIsGone(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := startServer(t, &fakeServer{}, nil, lis)
+	staying := &fakeServer{}
+	first, second := lis.Addr().String(), serve(t, staying, nil)
+	conn := dial(t, []string{first, second})
+	lw := NewListWatch(conn, configMaps, "", nil)
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Stop()
+	if events := collect(t, w); len(events) != 0 {
+		t.Fatalf("events %v, want none: a clean end", events)
+	}
+	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if conn.Address() != second {
+		t.Fatalf("the next watch went to %s, want %s", conn.Address(), second)
 	}
 }
 
@@ -327,8 +395,9 @@ func TestWatchEndsCleanlyWhenItsConnectionIsRetired(t *testing.T) {
 	}
 }
 
-// A server that ends a watch as unavailable (shutting down) is left: the
-// reflector's next watch goes to the next address.
+// A server that ends a watch as shutting down is left: the watch ends
+// cleanly (no 429 for the reflector to back off on) and the reflector's
+// next watch goes to the next address.
 func TestWatchMovesOnFromAServerShuttingDown(t *testing.T) {
 	leaving := &fakeServer{scripts: []watchScript{{end: withReason(codes.Unavailable, "shutting down", "ShuttingDown", "7")}}}
 	staying := &fakeServer{}
@@ -339,8 +408,8 @@ func TestWatchMovesOnFromAServerShuttingDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if events := collect(t, w); len(events) != 1 || !apierrors.IsTooManyRequests(apierrors.FromObject(events[0].Object)) {
-		t.Fatalf("events %v, want one 429", events)
+	if events := collect(t, w); len(events) != 0 {
+		t.Fatalf("events %v, want none: a clean end", events)
 	}
 	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
 	if err != nil {

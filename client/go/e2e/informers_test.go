@@ -171,7 +171,8 @@ func (i *informer) store() state {
 // handler saw an inconsistent event.
 func (p *pair) waitAgree(t *testing.T, client kubernetes.Interface, phase string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
 	for {
 		for _, i := range []*informer{p.direct, p.fanout} {
 			if v := i.tracker.violations(); len(v) > 0 {
@@ -199,7 +200,7 @@ func (p *pair) waitAgree(t *testing.T, client kubernetes.Interface, phase string
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%s, selector %q: both stores hold the API server's %d objects", phase, p.selector, len(p.direct.store()))
+	t.Logf("%s, selector %q: both stores hold the API server's %d objects (%v after the writes)", phase, p.selector, len(p.direct.store()), time.Since(start).Round(time.Millisecond))
 }
 
 // checkMode checks the kube-fanout informer synced the way the gate says:
