@@ -110,9 +110,10 @@ pub struct Args {
     /// in the same run and tables.
     #[arg(long)]
     baseline_bin: Option<PathBuf>,
-    /// With `--baseline-bin`, rounds of the steady case's kube-fanout runs
-    /// for both builds, in turn (baseline then this build, then the other
-    /// way round, ...), so that both meet the same machine load.
+    /// With `--baseline-bin`, rounds of the steady and herd cases'
+    /// kube-fanout runs for both builds, in turn (baseline then this build,
+    /// then the other way round, ...), so that both meet the same machine
+    /// load.
     #[arg(long, default_value_t = 3)]
     steady_rounds: usize,
     /// Timed snapshots to one subscriber, one after another on one
@@ -500,10 +501,12 @@ impl Bench {
     }
 
     /// The restart herd: the API server's three ways to list (each on a
-    /// freshly started API server), then for each kube-fanout binary (the
-    /// baseline's first, if any, then the measured one's, which stays up
-    /// for later cases), freshly started: its watch with initial events to
-    /// the herd, and its snapshots to one subscriber.
+    /// freshly started API server), then for each kube-fanout binary,
+    /// freshly started: its watch with initial events to the herd, and its
+    /// snapshots to one subscriber. With `--baseline-bin`, the two builds
+    /// run `--steady-rounds` times, alternating which goes first (as the
+    /// steady case's rounds do), so both meet the same machine load; this
+    /// build is left running for later cases.
     async fn herd(&mut self) -> anyhow::Result<String> {
         let mut runs = Vec::new();
         for (target, label) in [
@@ -519,28 +522,64 @@ impl Bench {
         }
         let mut fanouts = Vec::new();
         if let Some(baseline) = self.args.baseline_bin.clone() {
-            fanouts.push((format!("baseline {}", baseline.display()), baseline));
+            fanouts.push((BASELINE.to_owned(), baseline));
         }
-        fanouts.push(("this build".to_owned(), self.fanout_bins[0].clone()));
+        fanouts.push((THIS_BUILD.to_owned(), self.fanout_bins[0].clone()));
+        let rounds = if fanouts.len() > 1 {
+            self.args.steady_rounds.max(1)
+        } else {
+            1
+        };
+        let mut fanout_runs = Vec::new();
         let mut snapshots = Vec::new();
-        for (build, bin) in fanouts {
-            self.restart_fanout_bin(&bin, "v1/configmaps").await?;
-            let label = format!("kube-fanout Watch with initial events (TLS), {build}");
-            runs.push((label, self.herd_run("fanout").await?));
-            let snapshot = self
-                .loadgen(
-                    "snapshot",
-                    &[
-                        "-objects".into(),
-                        self.args.herd_objects.to_string(),
-                        "-repeat".into(),
-                        self.args.snapshots.to_string(),
-                    ],
-                )
-                .await?;
-            snapshots.push((build, snapshot));
+        for round in 0..rounds {
+            let mut order: Vec<_> = fanouts.iter().collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for (build, bin) in order {
+                self.restart_fanout_bin(bin, "v1/configmaps").await?;
+                let herd = self.herd_run("fanout").await?;
+                let snapshot = self
+                    .loadgen(
+                        "snapshot",
+                        &[
+                            "-objects".into(),
+                            self.args.herd_objects.to_string(),
+                            "-repeat".into(),
+                            self.args.snapshots.to_string(),
+                        ],
+                    )
+                    .await?;
+                fanout_runs.push(BuildRun {
+                    build: build.clone(),
+                    round: round + 1,
+                    herd,
+                    snapshot,
+                });
+            }
         }
-        Ok(herd_table(&self.args, &runs, &snapshots))
+        if fanout_runs
+            .last()
+            .is_some_and(|run| run.build != THIS_BUILD)
+        {
+            self.restart_fanout(0, "v1/configmaps").await?;
+        }
+        for run in &fanout_runs {
+            runs.push((
+                format!(
+                    "kube-fanout Watch with initial events (TLS), {}",
+                    run.label(rounds)
+                ),
+                run.herd.clone(),
+            ));
+            snapshots.push((run.label(rounds), run.snapshot.clone()));
+        }
+        let mut out = herd_table(&self.args, &runs, &snapshots);
+        if fanouts.len() > 1 {
+            out += &herd_builds_summary(&fanout_runs);
+        }
+        Ok(out)
     }
 
     /// One herd of `--herd-watchers` on `target`.
@@ -871,6 +910,77 @@ fn builds_table(
 /// kube-fanout's own) and peak RSS, each as a ratio to the measured
 /// kube-fanout's (the last run); then each build's snapshots to one
 /// subscriber.
+/// The label of the `--baseline-bin` build in the tables.
+const BASELINE: &str = "baseline";
+/// The label of the measured build in the tables.
+const THIS_BUILD: &str = "this build";
+
+/// One build's herd and snapshot runs in one round of the herd case.
+struct BuildRun {
+    build: String,
+    round: usize,
+    herd: Value,
+    snapshot: Value,
+}
+
+impl BuildRun {
+    fn label(&self, rounds: usize) -> String {
+        if rounds > 1 {
+            format!("{}, round {}", self.build, self.round)
+        } else {
+            self.build.clone()
+        }
+    }
+}
+
+/// The MB/s of each timed snapshot in a snapshot run.
+fn snapshot_rates(run: &Value) -> Vec<f64> {
+    let mb = run["object_bytes"].as_f64().unwrap_or(0.0) / 1e6;
+    run["wall_s"]
+        .as_array()
+        .map(|walls| {
+            walls
+                .iter()
+                .map(|w| mb / w.as_f64().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The two builds' herd CPU and snapshot rates over all rounds: each
+/// build's median, and this build's over the baseline's.
+fn herd_builds_summary(runs: &[BuildRun]) -> String {
+    let of = |build: &'static str| runs.iter().filter(move |r| r.build == build);
+    let herd_cpu = |build| {
+        median_of(
+            &of(build)
+                .map(|r| cpu(&r.herd, "kube-fanout"))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let rate = |build| {
+        median_of(
+            &of(build)
+                .flat_map(|r| snapshot_rates(&r.snapshot))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (herd_base, herd_this) = (herd_cpu(BASELINE), herd_cpu(THIS_BUILD));
+    let (rate_base, rate_this) = (rate(BASELINE), rate(THIS_BUILD));
+    format!(
+        "
+Both builds over all rounds (each round ran them in turn, alternating which went first): \
+         kube-fanout's herd CPU, median {} s baseline, {} s this build ({}×); \
+         snapshot rate, median of every timed snapshot, {} MB/s baseline, {} MB/s this build ({}×).\n",
+        down(herd_base, 2),
+        down(herd_this, 2),
+        down(herd_this / herd_base, 2),
+        down(rate_base, 0),
+        down(rate_this, 0),
+        down(rate_this / rate_base, 2),
+    )
+}
+
 fn herd_table(args: &Args, runs: &[(String, Value)], snapshots: &[(String, Value)]) -> String {
     let cost = |run: &Value| {
         let (cpu_s, peak_of) = if run["target"] == "fanout" {
@@ -884,7 +994,14 @@ fn herd_table(args: &Args, runs: &[(String, Value)], snapshots: &[(String, Value
         let peak = run["procs"][peak_of]["peak_rss"].as_f64().unwrap_or(0.0);
         (cpu_s, peak)
     };
-    let (fanout_cpu, fanout_peak) = runs.last().map_or((f64::NAN, f64::NAN), |(_, r)| cost(r));
+    // The reference is this build's last herd (the last run when there is
+    // no baseline).
+    let (fanout_cpu, fanout_peak) = runs
+        .iter()
+        .rev()
+        .find(|(label, _)| label.contains(THIS_BUILD))
+        .or(runs.last())
+        .map_or((f64::NAN, f64::NAN), |(_, r)| cost(r));
     let mut out = format!(
         "\n### Restart herd: {} watchers, each on its own connection, each needing {} ConfigMaps of {} B at once\n\n\
          | | wall | server CPU | / kube-fanout's | peak server RSS | / kube-fanout's |\n|---|---|---|---|---|---|\n",
@@ -914,15 +1031,7 @@ fn herd_table(args: &Args, runs: &[(String, Value)], snapshots: &[(String, Value
     );
     for (build, run) in snapshots {
         let mb = run["object_bytes"].as_f64().unwrap_or(0.0) / 1e6;
-        let mut rates: Vec<f64> = run["wall_s"]
-            .as_array()
-            .map(|walls| {
-                walls
-                    .iter()
-                    .map(|w| mb / w.as_f64().unwrap_or(f64::NAN))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut rates = snapshot_rates(run);
         let each = rates
             .iter()
             .map(|r| down(*r, 0))
