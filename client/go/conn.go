@@ -223,17 +223,24 @@ func (c *Conn) tryEach(ctx context.Context, fn func(pb.KubeFanoutClient) error) 
 	return start, err
 }
 
+// unavailableReason is the ErrorInfo reason of an UNAVAILABLE status ("" if
+// it has none); ok is false for any other error.
+func unavailableReason(err error) (reason string, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || st.Code() != codes.Unavailable {
+		return "", false
+	}
+	reason, _ = errorInfo(st)
+	return reason, true
+}
+
 // unreachable reports whether err is grpc-go's UNAVAILABLE for a server it
 // could not reach or lost the connection to. kube-fanout's own UNAVAILABLE
 // answers (NotSynced, ShuttingDown, ConnectionRetired) carry an ErrorInfo
 // reason.
 func unreachable(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return false
-	}
-	reason, _ := errorInfo(st)
-	return reason == ""
+	reason, ok := unavailableReason(err)
+	return ok && reason == ""
 }
 
 // waitReachable waits until a connection to one of the servers is ready,

@@ -194,12 +194,8 @@ func timedOut(ctx context.Context, err error) bool {
 // shutting down (it names the resourceVersion to resume from elsewhere) or
 // could no longer be reached: the watch resumes on the next server.
 func handedOver(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return false
-	}
-	reason, _ := errorInfo(st)
-	return reason == reasonShuttingDown || unreachable(err)
+	reason, ok := unavailableReason(err)
+	return ok && (reason == reasonShuttingDown || reason == "")
 }
 
 // retired reports whether err ends the stream because kube-fanout retired
@@ -209,10 +205,6 @@ func handedOver(err error) bool {
 // after the server's GOAWAY), perhaps to another replica, which is the
 // point of retiring it.
 func retired(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return false
-	}
-	reason, _ := errorInfo(st)
-	return reason == reasonRetired
+	reason, ok := unavailableReason(err)
+	return ok && reason == reasonRetired
 }

@@ -300,6 +300,32 @@ func TestWatchWaitsForARestartedServer(t *testing.T) {
 	}
 }
 
+// endsCleanlyThenWatches opens a watch from 3 on conn, lets end end it
+// (nil: the server's script ends it), checks it ended cleanly (no event),
+// and checks that the next watch, from 7, went to want.
+func endsCleanlyThenWatches(t *testing.T, conn *Conn, end func(), want string) {
+	t.Helper()
+	lw := NewListWatch(conn, configMaps, "", nil)
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end != nil {
+		end()
+	}
+	if events := collect(t, w); len(events) != 0 {
+		t.Fatalf("events %v, want none: a clean end", events)
+	}
+	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	if conn.Address() != want {
+		t.Fatalf("the next watch went to %s, want %s", conn.Address(), want)
+	}
+}
+
 // A watch whose server went away (the connection broke) ends cleanly, as
 // client-go's own watch does when the API server's connection breaks: the
 // reflector watches again at once, on the next server.
@@ -309,26 +335,8 @@ func TestWatchEndsCleanlyWhenItsServerIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := startServer(t, &fakeServer{}, nil, lis)
-	staying := &fakeServer{}
-	first, second := lis.Addr().String(), serve(t, staying, nil)
-	conn := dial(t, []string{first, second})
-	lw := NewListWatch(conn, configMaps, "", nil)
-	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone.Stop()
-	if events := collect(t, w); len(events) != 0 {
-		t.Fatalf("events %v, want none: a clean end", events)
-	}
-	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	if conn.Address() != second {
-		t.Fatalf("the next watch went to %s, want %s", conn.Address(), second)
-	}
+	second := serve(t, &fakeServer{}, nil)
+	endsCleanlyThenWatches(t, dial(t, []string{lis.Addr().String(), second}), gone.Stop, second)
 }
 
 // Metadata-only and unstructured watches decode into the types their
@@ -376,23 +384,7 @@ func TestWatchEndsCleanlyWhenItsConnectionIsRetired(t *testing.T) {
 	retiring := &fakeServer{scripts: []watchScript{{end: withReason(codes.Unavailable, "connection retired", "ConnectionRetired", "7")}}}
 	other := &fakeServer{}
 	first, second := serve(t, retiring, nil), serve(t, other, nil)
-	conn := dial(t, []string{first, second})
-	lw := NewListWatch(conn, configMaps, "", nil)
-	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if events := collect(t, w); len(events) != 0 {
-		t.Fatalf("events %v, want none: a clean end", events)
-	}
-	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	if conn.Address() != first {
-		t.Fatalf("the next watch went to %s, want %s", conn.Address(), first)
-	}
+	endsCleanlyThenWatches(t, dial(t, []string{first, second}), nil, first)
 }
 
 // A server that ends a watch as shutting down is left: the watch ends
@@ -402,23 +394,7 @@ func TestWatchMovesOnFromAServerShuttingDown(t *testing.T) {
 	leaving := &fakeServer{scripts: []watchScript{{end: withReason(codes.Unavailable, "shutting down", "ShuttingDown", "7")}}}
 	staying := &fakeServer{}
 	first, second := serve(t, leaving, nil), serve(t, staying, nil)
-	conn := dial(t, []string{first, second})
-	lw := NewListWatch(conn, configMaps, "", nil)
-	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if events := collect(t, w); len(events) != 0 {
-		t.Fatalf("events %v, want none: a clean end", events)
-	}
-	w, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	if conn.Address() != second {
-		t.Fatalf("the second watch went to %s, want %s", conn.Address(), second)
-	}
+	endsCleanlyThenWatches(t, dial(t, []string{first, second}), nil, second)
 	staying.mu.Lock()
 	defer staying.mu.Unlock()
 	if len(staying.requests) != 1 || staying.requests[0].GetResourceVersion() != "7" {
