@@ -565,20 +565,20 @@ impl Bench {
         {
             self.restart_fanout(0, "v1/configmaps").await?;
         }
-        for run in &fanout_runs {
+        let summary = if fanouts.len() > 1 {
+            herd_builds_summary(&fanout_runs)
+        } else {
+            String::new()
+        };
+        for run in fanout_runs {
+            let label = run.label(rounds);
             runs.push((
-                format!(
-                    "kube-fanout Watch with initial events (TLS), {}",
-                    run.label(rounds)
-                ),
-                run.herd.clone(),
+                format!("kube-fanout Watch with initial events (TLS), {label}"),
+                run.herd,
             ));
-            snapshots.push((run.label(rounds), run.snapshot.clone()));
+            snapshots.push((label, run.snapshot));
         }
-        let mut out = herd_table(&self.args, &runs, &snapshots);
-        if fanouts.len() > 1 {
-            out += &herd_builds_summary(&fanout_runs);
-        }
+        let out = herd_table(&self.args, &runs, &snapshots) + &summary;
         Ok(out)
     }
 
