@@ -28,10 +28,8 @@ use governor::{
     middleware::NoOpMiddleware,
     state::{InMemoryState, NotKeyed},
 };
-use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore},
-    time::Instant,
-};
+use kube_fanout_listener::{clock::TokioClock, source::Source};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{AuthError, Exceeded};
 
@@ -82,21 +80,6 @@ impl Default for ReviewLimits {
                 concurrency: n(32),
             },
         }
-    }
-}
-
-/// tokio's clock for governor, so that rate limits follow paused time in
-/// tests as every other timer of the server does.
-#[derive(Debug, Clone)]
-struct TokioClock {
-    start: Instant,
-}
-
-impl Clock for TokioClock {
-    type Instant = Duration;
-
-    fn now(&self) -> Duration {
-        self.start.elapsed()
     }
 }
 
@@ -173,24 +156,13 @@ impl Budget {
     }
 }
 
-/// The source key of an address: IPv4 whole, IPv6 by its /64.
-fn source_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-    }
-}
-
 /// The budgets of every source and the total.
 #[derive(Debug)]
 pub struct ReviewBudget {
     limits: ReviewLimits,
     clock: TokioClock,
     total: Budget,
-    sources: moka::sync::Cache<IpAddr, Arc<Budget>>,
+    sources: moka::sync::Cache<Source, Arc<Budget>>,
 }
 
 /// Leave to make one review; the slots it holds are given back on drop.
@@ -203,9 +175,7 @@ pub struct Admitted {
 impl ReviewBudget {
     /// Budgets enforcing `limits`.
     pub fn new(limits: ReviewLimits) -> Self {
-        let clock = TokioClock {
-            start: Instant::now(),
-        };
+        let clock = TokioClock::new();
         ReviewBudget {
             limits,
             total: Budget::new(limits.total, clock.clone()),
@@ -224,7 +194,7 @@ impl ReviewBudget {
     /// promise that `admit` succeeds, only that it is worth asking.
     pub fn refuses(&self, source: Option<IpAddr>) -> Option<AuthError> {
         if let Some(ip) = source {
-            let key = source_of(ip);
+            let key = Source::of(ip);
             if let Some(budget) = self.sources.get(&key)
                 && let Some(refused) =
                     budget.refuses(&self.clock, &Exceeded::Source(key.to_string()))
@@ -240,7 +210,7 @@ impl ReviewBudget {
     pub fn admit(&self, source: Option<IpAddr>) -> Result<Admitted, AuthError> {
         let source_slot = match source {
             Some(ip) => {
-                let key = source_of(ip);
+                let key = Source::of(ip);
                 let budget = self.sources.get_with(key, || {
                     Arc::new(Budget::new(self.limits.per_source, self.clock.clone()))
                 });
@@ -377,17 +347,5 @@ mod tests {
         );
         let (who, _) = retry_after(budget.refuses(None).expect("refused"));
         assert_eq!(who, Exceeded::Total);
-    }
-
-    #[test]
-    fn ipv6_sources_are_their_64_and_mapped_ipv4_is_ipv4() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(source_of(a), source_of(b));
-        assert_ne!(source_of(a), source_of(c));
-        assert_eq!(source_of(a).to_string(), "2001:db8:1:2::");
-        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(source_of(mapped), A);
     }
 }

@@ -21,6 +21,7 @@ pub struct AuthCounters {
     throttled: Family<Label, Counter>,
     access_reviews: Family<Label, Counter>,
     checks: Family<Label, Counter>,
+    shut_out: Counter,
 }
 
 /// How a TokenReview ended.
@@ -83,6 +84,12 @@ impl AuthCounters {
             .inc();
     }
 
+    /// One request refused without looking at its credentials, because
+    /// its source was shut out for failing to authenticate too often.
+    pub fn refused_shut_out(&self) {
+        self.shut_out.inc();
+    }
+
     /// One token or access checked, whether the cache answered or not.
     pub fn checked(&self, check: Check) {
         let value = match check {
@@ -114,6 +121,11 @@ impl AuthCounters {
             "Tokens (check=token) and resource accesses (check=access) checked, answered from the cache or by a review: reviews over checks is the caches' miss rate.",
             self.checks.clone(),
         );
+        registry.register(
+            "kube_fanout_auth_refused_shut_out",
+            "Requests refused without looking at their credentials because their source had failed to authenticate too often (--auth-failure-rate-per-source); the connections closed and refused for it are kube_fanout_connections_closed_shut_out_total and kube_fanout_connections_refused_total{bound=\"shut_out\"}.",
+            self.shut_out.clone(),
+        );
     }
 }
 
@@ -132,6 +144,7 @@ mod tests {
         counters.checked(Check::Access);
         counters.checked(Check::Token);
         counters.checked(Check::Token);
+        counters.refused_shut_out();
         let mut registry = Registry::default();
         counters.register(&mut registry);
         let mut text = String::new();
@@ -143,6 +156,7 @@ mod tests {
             "kube_fanout_access_reviews_total{outcome=\"failed\"} 1",
             "kube_fanout_auth_checks_total{check=\"access\"} 1",
             "kube_fanout_auth_checks_total{check=\"token\"} 2",
+            "kube_fanout_auth_refused_shut_out_total 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

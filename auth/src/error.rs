@@ -64,6 +64,11 @@ pub enum AuthError {
         /// When a retry may succeed.
         retry_after: Duration,
     },
+    /// The request's source failed to authenticate too often: refused
+    /// without looking at its credentials (see
+    /// [`kube_fanout_listener::failures`]).
+    #[error("{0}")]
+    ShutOut(#[from] kube_fanout_listener::failures::ShutOut),
     /// The API server answered no.
     #[error("user {} may not {attributes}{}", kube_fanout_core::quote::quote(.user), reason_suffix(.reason))]
     Denied {
@@ -105,6 +110,35 @@ pub enum AuthError {
         /// How many it has open.
         open: usize,
     },
+}
+
+impl AuthError {
+    /// Whether the caller caused this failure to authenticate (credentials
+    /// missing, malformed or refused, or more reviews asked for than the
+    /// budget allows), so that it counts against its source's failure
+    /// budget. A review that could not be made is the server's trouble,
+    /// not the caller's; a refusal for being shut out already is not a
+    /// new failure.
+    pub fn is_callers_failure(&self) -> bool {
+        match self {
+            AuthError::MissingCredentials
+            | AuthError::CertificateRefused(_)
+            | AuthError::CertificateWithoutUser(_)
+            | AuthError::MalformedHeader
+            | AuthError::HeaderTooLarge { .. }
+            | AuthError::InvalidToken(_)
+            | AuthError::CertificateUnreadable
+            | AuthError::CertificateExpired(_)
+            | AuthError::Throttled { .. } => true,
+            AuthError::TokenRevoked(_)
+            | AuthError::IdentityChanged
+            | AuthError::ShutOut(_)
+            | AuthError::Denied { .. }
+            | AuthError::NonResourceDenied { .. }
+            | AuthError::Unavailable { .. }
+            | AuthError::LimitExceeded { .. } => false,
+        }
+    }
 }
 
 /// A wall-clock time as seconds since the Unix epoch (RFC 3339 would need

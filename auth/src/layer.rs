@@ -5,8 +5,11 @@
 //! extensions, where [`Access::authorize`](crate::access::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
 //! checks stay open so that probes need no credentials; an authenticated
-//! request marks its connection as having proved who it is (see
-//! [`kube_fanout_listener::conn::ConnInfo::authenticated`]).
+//! request marks its connection as having proved who it is, and a request
+//! that fails by its caller's doing counts against its source's failure
+//! budget (see [`kube_fanout_listener::conn::ConnInfo::standing`]): a
+//! source that spent it has its requests on connections that never
+//! authenticated refused before their credentials are looked at.
 
 use std::{
     net::IpAddr,
@@ -109,6 +112,11 @@ where
                 return inner.call(request).await;
             }
             let conn = request.extensions().get::<ConnInfo>();
+            let standing = conn.map(|c| c.standing.clone());
+            if let Some(out) = standing.as_ref().and_then(|s| s.refusal()) {
+                authenticator.counters().refused_shut_out();
+                return Ok(Status::from(AuthError::from(out)).into_http());
+            }
             let source = conn.and_then(|c| c.remote_addr).map(|a| a.ip());
             let certificate = conn.and_then(|c| c.peer_certificate.as_deref());
             let headers = request.headers();
@@ -127,8 +135,8 @@ where
             };
             match identity {
                 Ok((identity, presented)) => {
-                    if let Some(conn) = request.extensions().get::<ConnInfo>() {
-                        conn.authenticated.set();
+                    if let Some(standing) = standing {
+                        standing.set_authenticated();
                     }
                     request.extensions_mut().insert::<Identity>(identity);
                     request.extensions_mut().insert::<Presented>(presented);
@@ -136,6 +144,12 @@ where
                 }
                 Err(err) => {
                     tracing::debug!(path, error = %err, "request not authenticated");
+                    if err.is_callers_failure()
+                        && let Some(standing) = standing
+                        && let Err(out) = standing.failed_authentication()
+                    {
+                        tracing::debug!(%out, "source shut out");
+                    }
                     Ok(Status::from(err).into_http())
                 }
             }

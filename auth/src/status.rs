@@ -45,6 +45,16 @@ impl From<AuthError> for Status {
                 );
                 Status::with_error_details(code, message, details)
             }
+            // The source's own doing, like its review budget.
+            AuthError::ShutOut(out) => {
+                let mut details = ErrorDetails::with_retry_info(Some(out.retry_after));
+                details.set_error_info(
+                    kube_fanout_proto::AUTHENTICATION_FAILURES_EXCEEDED,
+                    kube_fanout_proto::ERROR_DOMAIN,
+                    std::collections::HashMap::new(),
+                );
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
             // Fail closed: unknown is no, and the caller may retry.
             AuthError::Unavailable { .. } => Status::unavailable(message),
             AuthError::LimitExceeded { .. } => Status::resource_exhausted(message),

@@ -169,7 +169,7 @@ async fn deliver(
 mod tests {
     use super::*;
 
-    use std::net::SocketAddr;
+    use std::{net::SocketAddr, num::NonZeroU32};
 
     use tonic::transport::server::Connected;
 
@@ -183,6 +183,7 @@ mod tests {
 
     use crate::{
         connections::ConnectionLimits,
+        failures::FailureBound,
         tls::{TlsFiles, acceptor},
     };
 
@@ -302,7 +303,7 @@ mod tests {
         let accepted = Instant::now();
         let _client = TcpStream::connect(addr).await.unwrap();
         let mut authenticated = conns.next().await.unwrap().unwrap();
-        authenticated.connect_info().authenticated.set();
+        authenticated.connect_info().standing.set_authenticated();
         let mut byte = [0; 1];
 
         assert_eq!(quiet.read(&mut byte).await.unwrap(), 0);
@@ -325,6 +326,79 @@ mod tests {
         let read = tokio::time::timeout(timeout * 10, open.read(&mut byte)).await;
         assert!(read.is_err(), "closed without a deadline");
         assert_eq!(connections.stats().closed_unauthenticated, 1);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_that_spends_its_failures_loses_its_unauthenticated_connections_and_new_ones()
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let bound = FailureBound {
+            rate: NonZeroU32::new(2).unwrap(),
+            burst: NonZeroU32::new(3).unwrap(),
+        };
+        let connections = bounded(ConnectionLimits {
+            auth_failures: Some(bound),
+            ..ConnectionLimits::default()
+        });
+        let cancel = CancellationToken::new();
+        let mut conns = Box::pin(conns_of(
+            listener,
+            plain(&connections, true),
+            cancel.clone(),
+        ));
+        let mut accept_from = async |source: &str| {
+            let client = connect_from(source, addr).await;
+            (client, conns.next().await.unwrap().unwrap())
+        };
+        let (_kept_client, mut kept) = accept_from("127.0.0.1").await;
+        kept.connect_info().standing.set_authenticated();
+        let (mut flooding_client, mut flooding) = accept_from("127.0.0.1").await;
+        let (_other_client, mut other) = accept_from("127.0.0.2").await;
+        let standing = flooding.connect_info().standing;
+        for _ in 0..3 {
+            standing.failed_authentication().unwrap();
+        }
+        assert_eq!(standing.refusal(), None, "within its burst");
+        let out = standing.failed_authentication().unwrap_err();
+        assert_eq!(out.retry_after, Duration::from_millis(500));
+        // Its connection closes at once (no timer: the standing's waker);
+        // the authenticated one from the same source and another source's
+        // stay open.
+        let started = Instant::now();
+        let mut byte = [0; 1];
+        assert_eq!(flooding.read(&mut byte).await.unwrap(), 0);
+        assert_eq!(flooding_client.read(&mut byte).await.unwrap(), 0, "no FIN");
+        assert_eq!(Instant::now(), started);
+        let stats = connections.stats();
+        assert_eq!(
+            (stats.closed_shut_out, stats.closed_unauthenticated),
+            (1, 0)
+        );
+        let (mut kept_byte, mut other_byte) = ([0; 1], [0; 1]);
+        let either = tokio::time::timeout(Duration::from_millis(400), async {
+            tokio::select! {
+                read = kept.read(&mut kept_byte) => read,
+                read = other.read(&mut other_byte) => read,
+            }
+        })
+        .await;
+        assert!(
+            either.is_err(),
+            "a connection that is not shut out was closed"
+        );
+        // Shut out for 100 ms more: a new connection from it is closed as
+        // it is accepted, one from elsewhere is served.
+        let mut refused = connect_from("127.0.0.1", addr).await;
+        let read = tokio::time::timeout(Duration::from_millis(50), refused.read(&mut byte)).await;
+        assert_eq!(read.map(|r| r.unwrap_or(0)), Ok(0), "not closed at accept");
+        assert_eq!(connections.stats().refused_shut_out, 1);
+        let _elsewhere = accept_from("127.0.0.3").await;
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let (_client, again) = accept_from("127.0.0.1").await;
+        assert_eq!(again.connect_info().standing.refusal(), None);
+        assert_eq!(connections.stats().refused_shut_out, 1);
         cancel.cancel();
     }
 

@@ -1,8 +1,9 @@
 //! One accepted connection ([`Conn`]), plain or TLS, as tonic and axum
 //! serve it, and what the gRPC layers learn about it ([`ConnInfo`]): its
-//! peer, its verified client certificate, when it is retired, and whether
-//! anything on it has been authenticated. A connection on which nothing
-//! is authenticated in time is closed here, by its reads.
+//! peer, its verified client certificate, when it is retired, and its
+//! standing with the authentication layer. A connection on which nothing
+//! is authenticated in time, or that is shut out for its source's failed
+//! authentications before it authenticated, is closed here, by its reads.
 
 use std::{
     io,
@@ -24,10 +25,7 @@ use tokio_util::either::Either;
 use tonic::transport::server::Connected;
 use tracing::debug;
 
-use crate::{
-    connections::{Authenticated, Slot},
-    retire::MaxConnectionAge,
-};
+use crate::{connections::Slot, retire::MaxConnectionAge, standing::Standing};
 
 /// A client connection, when it is retired if connections have a maximum
 /// age, its place among the open connections, and when it is closed if it
@@ -43,7 +41,8 @@ pub struct Conn {
 enum Unauthenticated {
     /// Not closed for that: authenticated, or not asked to.
     Off,
-    /// Closed at this deadline unless a request authenticates first.
+    /// Closed at this deadline unless a request authenticates first (or
+    /// before it, if the connection is shut out).
     Until(Pin<Box<Sleep>>),
     /// Past the deadline: the TLS close_notify and the TCP FIN going out.
     ShuttingDown,
@@ -77,16 +76,27 @@ impl Conn {
     /// Moves a connection past its deadline without an authenticated
     /// request towards being closed: `Some` is what a read returns
     /// instead of reading, `None` lets it read. Polled with every read,
-    /// which hyper always has pending, so the deadline's timer wakes the
+    /// which hyper always has pending, so the deadline's timer (or the
+    /// standing's waker, when the connection is shut out) wakes the
     /// connection's task; after authentication it costs one comparison.
     fn close_if_unauthenticated(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
         loop {
             match &mut self.unauthenticated {
                 Unauthenticated::Off => return None,
                 Unauthenticated::Until(deadline) => {
-                    if self.slot.authenticated().is_set() {
+                    let standing = self.slot.standing();
+                    if standing.is_authenticated() {
                         self.unauthenticated = Unauthenticated::Off;
                         return None;
+                    }
+                    if standing.poll_shut_out(cx) {
+                        self.slot.connections().closed_shut_out();
+                        debug!(
+                            peer = ?self.socket().peer_addr().ok(),
+                            "closing a connection that authenticated nothing: its source failed to authenticate too often"
+                        );
+                        self.unauthenticated = Unauthenticated::ShuttingDown;
+                        continue;
                     }
                     if deadline.poll_unpin(cx).is_pending() {
                         return None;
@@ -137,10 +147,12 @@ pub struct ConnInfo {
     /// When the connection's watches end, with a maximum connection age
     /// (see [`crate::retire`]).
     pub retire_at: Option<Instant>,
-    /// Set by the authentication layer once a request on the connection
-    /// has been authenticated; until then the connection is closed after
-    /// `--unauthenticated-connection-timeout-seconds`.
-    pub authenticated: Authenticated,
+    /// The connection's standing: set authenticated by the
+    /// authentication layer once a request on it has been (until then the
+    /// connection is closed after
+    /// `--unauthenticated-connection-timeout-seconds`), and told of each
+    /// failed authentication (its source's failure budget).
+    pub standing: Standing,
 }
 
 impl Connected for Conn {
@@ -150,13 +162,13 @@ impl Connected for Conn {
     /// counting its age); every request on it gets a copy.
     fn connect_info(&self) -> ConnInfo {
         let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
-        let authenticated = self.slot.authenticated().clone();
+        let standing = self.slot.standing().clone();
         match &self.io {
             Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 peer_certificate: None,
                 retire_at,
-                authenticated,
+                standing,
             },
             Either::Right(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -168,7 +180,7 @@ impl Connected for Conn {
                         .and_then(|chain| chain.first())
                         .map(|leaf| Arc::new(leaf.clone().into_owned())),
                     retire_at,
-                    authenticated,
+                    standing,
                 }
             }
         }

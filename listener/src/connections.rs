@@ -18,10 +18,10 @@
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, Ipv6Addr},
+    net::IpAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -29,6 +29,12 @@ use std::{
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tracing::warn;
+
+use crate::{
+    failures::{AuthFailures, FailureBound, ShutOut},
+    source::Source,
+    standing::Standing,
+};
 
 /// The bounds on connections; 0 for a count means no bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,9 @@ pub struct ConnectionLimits {
     /// been authenticated (with authentication on; on the plaintext
     /// health listener, where nothing is, how long any connection stays).
     pub unauthenticated_timeout: Duration,
+    /// How many failed authentications a source may have before it is
+    /// shut out (see [`crate::failures`]); `None`: no bound.
+    pub auth_failures: Option<FailureBound>,
 }
 
 impl Default for ConnectionLimits {
@@ -63,7 +72,8 @@ impl Default for ConnectionLimits {
     /// `kube_fanout_auth::layer::MAX_AUTHORIZATION_BYTES`); a 10 s handshake
     /// (client-go's own TLS handshake timeout); 10,000 connections (about
     /// 320 MiB of idle connection buffers), 100 from one source (a client
-    /// needs one: gRPC multiplexes its calls); 30 s to authenticate.
+    /// needs one: gRPC multiplexes its calls); 30 s to authenticate;
+    /// [`FailureBound`]'s default failures per source.
     fn default() -> Self {
         ConnectionLimits {
             max_concurrent_streams: 1000,
@@ -72,33 +82,7 @@ impl Default for ConnectionLimits {
             max_connections: 10_000,
             max_connections_per_ip: 100,
             unauthenticated_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Where a connection comes from, for the per-source bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source(IpAddr);
-
-impl Source {
-    /// The source of a connection from `ip`: the address itself for IPv4
-    /// (an IPv4-mapped IPv6 address included), its /64 for IPv6.
-    pub fn of(ip: IpAddr) -> Self {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => Source(IpAddr::V4(v4)),
-            IpAddr::V6(v6) => {
-                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                Source(IpAddr::V6(Ipv6Addr::from(prefix)))
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            IpAddr::V4(v4) => write!(f, "{v4}"),
-            IpAddr::V6(v6) => write!(f, "{v6}/64"),
+            auth_failures: Some(FailureBound::default()),
         }
     }
 }
@@ -114,6 +98,9 @@ pub enum Refused {
         "{0} connections are open from this source, the most allowed (--max-connections-per-ip)"
     )]
     PerIp(usize),
+    /// Its source failed to authenticate too often.
+    #[error("{0}")]
+    ShutOut(ShutOut),
 }
 
 /// What an operator graphs about one listener's connections.
@@ -126,9 +113,15 @@ pub struct ConnectionStats {
     /// Connections refused because their source had
     /// `max_connections_per_ip` open.
     pub refused_per_ip: u64,
+    /// Connections refused because their source was shut out for failing
+    /// to authenticate too often.
+    pub refused_shut_out: u64,
     /// Connections closed for authenticating nothing within
     /// `unauthenticated_timeout`.
     pub closed_unauthenticated: u64,
+    /// Connections that authenticated nothing, closed because their
+    /// source was shut out.
+    pub closed_shut_out: u64,
     /// TLS handshakes that failed or timed out.
     pub handshake_failures: u64,
 }
@@ -146,8 +139,11 @@ pub struct Connections {
     open: Mutex<Open>,
     refused_total: AtomicU64,
     refused_per_ip: AtomicU64,
+    refused_shut_out: AtomicU64,
     closed_unauthenticated: AtomicU64,
+    closed_shut_out: AtomicU64,
     handshake_failures: AtomicU64,
+    failures: Option<Arc<AuthFailures>>,
     /// When a refusal was last logged, and how many were not since.
     refusal_log: Mutex<(Option<Instant>, u64)>,
 }
@@ -166,8 +162,13 @@ impl Connections {
             open: Mutex::default(),
             refused_total: AtomicU64::new(0),
             refused_per_ip: AtomicU64::new(0),
+            refused_shut_out: AtomicU64::new(0),
             closed_unauthenticated: AtomicU64::new(0),
+            closed_shut_out: AtomicU64::new(0),
             handshake_failures: AtomicU64::new(0),
+            failures: limits
+                .auth_failures
+                .map(|bound| Arc::new(AuthFailures::new(bound))),
             refusal_log: Mutex::new((None, 0)),
         })
     }
@@ -189,23 +190,27 @@ impl Connections {
                 self.limits.max_connections,
                 self.limits.max_connections_per_ip,
             );
+            let shut_out = || self.failures.as_ref()?.shut_out(source);
             if total > 0 && open.total >= total {
                 Refused::Total(total)
             } else if per_source > 0 && from_source >= per_source {
                 Refused::PerIp(per_source)
+            } else if let Some(out) = shut_out() {
+                Refused::ShutOut(out)
             } else {
                 open.total += 1;
                 *open.by_source.entry(source).or_default() += 1;
                 return Ok(Slot {
                     connections: self.clone(),
                     source,
-                    authenticated: Authenticated::default(),
+                    standing: Standing::new(self.failures.clone(), source),
                 });
             }
         };
         match refused {
             Refused::Total(_) => &self.refused_total,
             Refused::PerIp(_) => &self.refused_per_ip,
+            Refused::ShutOut(_) => &self.refused_shut_out,
         }
         .fetch_add(1, Ordering::Relaxed);
         self.log_refusal(source, refused);
@@ -234,6 +239,11 @@ impl Connections {
         self.closed_unauthenticated.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a connection closed because its source was shut out.
+    pub(crate) fn closed_shut_out(&self) {
+        self.closed_shut_out.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counts now.
     pub fn stats(&self) -> ConnectionStats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -241,7 +251,9 @@ impl Connections {
             open: self.open.lock().total as u64,
             refused_total: load(&self.refused_total),
             refused_per_ip: load(&self.refused_per_ip),
+            refused_shut_out: load(&self.refused_shut_out),
             closed_unauthenticated: load(&self.closed_unauthenticated),
+            closed_shut_out: load(&self.closed_shut_out),
             handshake_failures: load(&self.handshake_failures),
         }
     }
@@ -253,13 +265,13 @@ impl Connections {
 pub struct Slot {
     connections: Arc<Connections>,
     source: Source,
-    authenticated: Authenticated,
+    standing: Standing,
 }
 
 impl Slot {
-    /// The connection's flag that a request on it was authenticated.
-    pub fn authenticated(&self) -> &Authenticated {
-        &self.authenticated
+    /// The connection's standing with the authentication layer.
+    pub fn standing(&self) -> &Standing {
+        &self.standing
     }
 
     /// The connections this slot is counted in.
@@ -278,25 +290,6 @@ impl Drop for Slot {
                 open.by_source.remove(&self.source);
             }
         }
-    }
-}
-
-/// Set once a request on a connection has been authenticated: shared by
-/// the connection (which then stops counting down to its close) and every
-/// request's [`crate::conn::ConnInfo`] (where the authentication layer sets
-/// it).
-#[derive(Debug, Clone, Default)]
-pub struct Authenticated(Arc<AtomicBool>);
-
-impl Authenticated {
-    /// Records that a request on the connection was authenticated.
-    pub fn set(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    /// Whether a request on the connection was authenticated.
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
     }
 }
 
@@ -376,10 +369,6 @@ mod tests {
             Refused::PerIp(1)
         );
         connections.admit(ip("2001:db8:1:3::1")).unwrap();
-        assert_eq!(
-            Source::of(ip("2001:db8:1:2:ffff::9")).to_string(),
-            "2001:db8:1:2::/64"
-        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,20 +2,28 @@
 //! accept loop every listener shares ([`accept`]), each connection and
 //! what it carries to the gRPC layers ([`conn::ConnInfo`]), TLS with its
 //! certificate and client CA reloaded on change ([`tls`]), the bounds on
-//! connections and handshakes ([`connections`]), HTTP/2 [`keepalive`],
-//! and retiring connections at their maximum age ([`retire`]).
+//! connections and handshakes ([`connections`]), the budget of failed
+//! authentications per [`source`] ([`failures`]) and each connection's
+//! [`standing`] with the authentication layer, HTTP/2 [`keepalive`], and
+//! retiring connections at their maximum age ([`retire`]).
 //!
 //! Inside, imports run down: `accept` sits on `conn`,
-//! `connections`, `keepalive` and `retire`; `conn` on `connections` and
-//! `retire`; `tls` on `reload`.
+//! `connections`, `keepalive` and `retire`; `conn` on `connections`,
+//! `standing` and `retire`; `connections` on `standing`, `failures` and
+//! `source`; `standing` on `failures` and `source`; `failures` on `clock`
+//! and `source`; `tls` on `reload`.
 //!
 //! It sits on tonic's transport and rustls only; auth sits on it (for
 //! [`conn::ConnInfo`]), never the other way round.
 
 pub mod accept;
+pub mod clock;
 pub mod conn;
 pub mod connections;
+pub mod failures;
 pub mod keepalive;
 mod reload;
 pub mod retire;
+pub mod source;
+pub mod standing;
 pub mod tls;

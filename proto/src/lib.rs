@@ -61,6 +61,12 @@ pub const SUBSCRIBER_LAGGED: &str = "SubscriberLagged";
 /// `RetryInfo` delay.
 pub const TOKEN_REVIEWS_THROTTLED: &str = "TokenReviewsThrottled";
 
+/// The `ErrorInfo` reason of a call refused because its source failed to
+/// authenticate too often: the connection closes unless it authenticated,
+/// and new ones from the source are refused until the `RetryInfo` delay
+/// has passed.
+pub const AUTHENTICATION_FAILURES_EXCEEDED: &str = "AuthenticationFailuresExceeded";
+
 /// Package `kubefanout.v1`: its messages, and with the `grpc` feature its
 /// tonic client and server.
 #[allow(missing_docs, clippy::all)]

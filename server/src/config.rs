@@ -20,7 +20,8 @@ use kube_fanout_core::{
     subscription::Limits,
 };
 use kube_fanout_listener::{
-    connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge, tls::TlsFiles,
+    connections::ConnectionLimits, failures::FailureBound, keepalive::Keepalive,
+    retire::MaxConnectionAge, tls::TlsFiles,
 };
 use kube_fanout_reflector::ReflectorConfig;
 use kube_fanout_service::list_budget::ListBytesLimits;
@@ -155,6 +156,29 @@ pub struct Config {
     /// connection stays.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_UNAUTHENTICATED_CONNECTION_TIMEOUT_SECONDS")]
     pub unauthenticated_connection_timeout_seconds: u64,
+
+    /// Failed authentications per second one client address (IPv6: one
+    /// /64) may have, sustained (missing, malformed or refused
+    /// credentials, requests over a TokenReview bound). A source that
+    /// spends its budget is shut out until it has earned one back: its
+    /// connections on which nothing was authenticated are closed, and new
+    /// ones refused as they are accepted; connections that authenticated
+    /// keep serving. 0: no bound.
+    #[arg(
+        long,
+        default_value_t = FailureBound::default().rate.get(),
+        env = "KUBE_FANOUT_AUTH_FAILURE_RATE_PER_SOURCE"
+    )]
+    pub auth_failure_rate_per_source: u32,
+
+    /// Failed authentications allowed at once above
+    /// --auth-failure-rate-per-source, per client address.
+    #[arg(
+        long,
+        default_value_t = FailureBound::default().burst,
+        env = "KUBE_FANOUT_AUTH_FAILURE_BURST_PER_SOURCE"
+    )]
+    pub auth_failure_burst_per_source: NonZeroU32,
 
     /// Address of the Prometheus metrics listener (`GET /metrics`).
     #[arg(
@@ -591,6 +615,12 @@ impl Config {
             unauthenticated_timeout: Duration::from_secs(
                 self.unauthenticated_connection_timeout_seconds,
             ),
+            auth_failures: NonZeroU32::new(self.auth_failure_rate_per_source).map(|rate| {
+                FailureBound {
+                    rate,
+                    burst: self.auth_failure_burst_per_source,
+                }
+            }),
         }
     }
 
@@ -974,6 +1004,10 @@ mod tests {
             "0",
             "--unauthenticated-connection-timeout-seconds",
             "7",
+            "--auth-failure-rate-per-source",
+            "8",
+            "--auth-failure-burst-per-source",
+            "9",
         ]);
         assert_eq!(
             set.connections(),
@@ -984,8 +1018,14 @@ mod tests {
                 max_connections: 6,
                 max_connections_per_ip: 0,
                 unauthenticated_timeout: Duration::from_secs(7),
+                auth_failures: Some(FailureBound {
+                    rate: NonZeroU32::new(8).unwrap(),
+                    burst: NonZeroU32::new(9).unwrap(),
+                }),
             }
         );
+        let off = parse(&["--auth-failure-rate-per-source", "0"]);
+        assert_eq!(off.connections().auth_failures, None);
         for zero in [
             "--max-header-list-bytes",
             "--tls-handshake-timeout-seconds",

@@ -335,6 +335,12 @@ const CONNECTION_FAMILIES: &[ConnectionFamily] = &[
         |s| s.closed_unauthenticated,
     ),
     (
+        "kube_fanout_connections_closed_shut_out",
+        "Connections on which nothing was authenticated, closed because their source had failed to authenticate too often (--auth-failure-rate-per-source).",
+        MetricType::Counter,
+        |s| s.closed_shut_out,
+    ),
+    (
         "kube_fanout_tls_handshake_failures",
         "TLS handshakes that failed or took longer than --tls-handshake-timeout-seconds.",
         MetricType::Counter,
@@ -351,7 +357,7 @@ impl Collector for ConnectionCollector {
             .collect();
         let mut refused = encoder.encode_descriptor(
             "kube_fanout_connections_refused",
-            "Connections closed at once, by the bound reached: total (--max-connections) or per_ip (--max-connections-per-ip; IPv6: per /64).",
+            "Connections closed at once, by the bound reached: total (--max-connections), per_ip (--max-connections-per-ip; IPv6: per /64) or shut_out (the source failed to authenticate too often, --auth-failure-rate-per-source).",
             None,
             MetricType::Counter,
         )?;
@@ -359,6 +365,7 @@ impl Collector for ConnectionCollector {
             for (bound, value) in [
                 ("total", stats.refused_total),
                 ("per_ip", stats.refused_per_ip),
+                ("shut_out", stats.refused_shut_out),
             ] {
                 let mut labels = labels.clone();
                 labels.push(("bound", bound));
@@ -535,7 +542,7 @@ mod tests {
         store::Store,
         subscription::WatchError,
     };
-    use kube_fanout_listener::connections::ConnectionLimits;
+    use kube_fanout_listener::{connections::ConnectionLimits, failures::FailureBound};
     use parking_lot::Mutex;
 
     use super::*;
@@ -612,13 +619,24 @@ mod tests {
 
     #[test]
     fn connection_counts_are_exposed_per_listener() {
+        let one = std::num::NonZeroU32::MIN;
         let connections = connections::Connections::new(ConnectionLimits {
             max_connections_per_ip: 1,
+            auth_failures: Some(FailureBound {
+                rate: one,
+                burst: one,
+            }),
             ..ConnectionLimits::default()
         });
         let ip = "127.0.0.1".parse().unwrap();
         let _open = connections.admit(ip).unwrap();
         connections.admit(ip).unwrap_err();
+        let failing = "127.0.0.2".parse().unwrap();
+        let slot = connections.admit(failing).unwrap();
+        slot.standing().failed_authentication().unwrap();
+        slot.standing().failed_authentication().unwrap_err();
+        drop(slot);
+        connections.admit(failing).unwrap_err();
         connections.closed_unauthenticated();
         connections.handshake_failed();
         let health = connections::Connections::new(ConnectionLimits::default());
@@ -632,6 +650,8 @@ mod tests {
             r#"kube_fanout_connections{listener="health"} 0"#,
             r#"kube_fanout_connections_refused_total{listener="grpc",bound="per_ip"} 1"#,
             r#"kube_fanout_connections_refused_total{listener="grpc",bound="total"} 0"#,
+            r#"kube_fanout_connections_refused_total{listener="grpc",bound="shut_out"} 1"#,
+            r#"kube_fanout_connections_closed_shut_out_total{listener="grpc"} 0"#,
             r#"kube_fanout_connections_closed_unauthenticated_total{listener="grpc"} 1"#,
             r#"kube_fanout_tls_handshake_failures_total{listener="grpc"} 1"#,
         ] {
