@@ -1,6 +1,8 @@
 //! The accept loop every listener shares (gRPC, health, metrics):
 //! connections beyond the bounds ([`crate::connections`]) are closed at
-//! once, the others get keepalive ([`crate::keepalive`]), Nagle off and,
+//! once (sources shut out for their failed authentications are kept out
+//! before that, by the listener's packet filter, [`crate::gate`]), the
+//! others get keepalive ([`crate::keepalive`]), Nagle off and,
 //! if asked, a deadline to authenticate by, and with TLS ([`crate::tls`])
 //! a handshake in a task of its own, bounded in time.
 //!
@@ -62,9 +64,22 @@ pub fn incoming(
     let handshakes = tasks.clone();
     tasks.spawn(
         async move {
+            let mut gate = accept.connections.gate();
             loop {
+                let keep_out = async {
+                    match &mut gate {
+                        Some(gate) => gate.next().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let accepted = tokio::select! {
                     accepted = listener.accept() => accepted,
+                    sources = keep_out => {
+                        if let Err(err) = crate::gate::apply(&listener, &sources) {
+                            warn!(error = %err, "the filter keeping out shut-out sources was not put on the listener");
+                        }
+                        continue;
+                    }
                     () = cancel.cancelled() => return,
                 };
                 let (tcp, peer) = match accepted {
@@ -362,7 +377,11 @@ mod tests {
         }
         assert_eq!(standing.refusal(), None, "within its burst");
         let out = standing.failed_authentication().unwrap_err();
-        assert_eq!(out.retry_after, Duration::from_millis(500));
+        assert_eq!(
+            out.retry_after,
+            Duration::from_secs(1),
+            "2/s, but at least a second"
+        );
         // Its connection closes at once (no timer: the standing's waker);
         // the authenticated one from the same source and another source's
         // stay open.
@@ -388,17 +407,21 @@ mod tests {
             either.is_err(),
             "a connection that is not shut out was closed"
         );
-        // Shut out for 100 ms more: a new connection from it is closed as
-        // it is accepted, one from elsewhere is served.
-        let mut refused = connect_from("127.0.0.1", addr).await;
-        let read = tokio::time::timeout(Duration::from_millis(50), refused.read(&mut byte)).await;
-        assert_eq!(read.map(|r| r.unwrap_or(0)), Ok(0), "not closed at accept");
-        assert_eq!(connections.stats().refused_shut_out, 1);
+        // Shut out for 600 ms more: once the accept loop has put the
+        // filter on the listener (it runs as soon as this task yields), a
+        // new connection from it is not even let in (its SYN is dropped),
+        // and one from elsewhere is served.
+        tokio::task::yield_now().await;
+        let kept_out =
+            tokio::time::timeout(Duration::from_millis(50), connect_from("127.0.0.1", addr)).await;
+        assert!(kept_out.is_err(), "a shut-out source's SYN was let in");
         let _elsewhere = accept_from("127.0.0.3").await;
-        tokio::time::advance(Duration::from_millis(100)).await;
+        // The shut-out over, the filter comes off.
+        tokio::time::advance(Duration::from_millis(550)).await;
+        tokio::task::yield_now().await;
         let (_client, again) = accept_from("127.0.0.1").await;
         assert_eq!(again.connect_info().standing.refusal(), None);
-        assert_eq!(connections.stats().refused_shut_out, 1);
+        assert_eq!(connections.stats().refused_shut_out, 0);
         cancel.cancel();
     }
 

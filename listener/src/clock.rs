@@ -22,6 +22,13 @@ impl TokioClock {
     }
 }
 
+impl TokioClock {
+    /// The instant `at` (a time on this clock) stands for.
+    pub fn instant(&self, at: Duration) -> Instant {
+        self.start + at
+    }
+}
+
 impl Default for TokioClock {
     fn default() -> Self {
         TokioClock::new()

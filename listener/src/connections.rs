@@ -173,6 +173,12 @@ impl Connections {
         })
     }
 
+    /// What an accept loop for these connections keeps out in the
+    /// kernel, if failures are bounded.
+    pub(crate) fn gate(&self) -> Option<crate::gate::Gate> {
+        self.failures.clone().map(crate::gate::Gate::new)
+    }
+
     /// The bounds these connections are held to.
     pub fn limits(&self) -> &ConnectionLimits {
         &self.limits
@@ -349,6 +355,30 @@ mod tests {
         assert_eq!(connections.stats().open, 0);
         assert!(connections.open.lock().by_source.is_empty());
         connections.admit(ip("10.0.0.4")).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shut_out_source_is_refused_until_its_shut_out_ends() {
+        let one = std::num::NonZeroU32::MIN;
+        let connections = Connections::new(ConnectionLimits {
+            auth_failures: Some(FailureBound {
+                rate: one,
+                burst: one,
+            }),
+            ..ConnectionLimits::default()
+        });
+        let slot = connections.admit(ip("10.0.0.1")).unwrap();
+        slot.standing().failed_authentication().unwrap();
+        let out = slot.standing().failed_authentication().unwrap_err();
+        assert_eq!(out.retry_after, Duration::from_secs(1));
+        assert_eq!(
+            connections.admit(ip("10.0.0.1")).unwrap_err(),
+            Refused::ShutOut(out)
+        );
+        connections.admit(ip("10.0.0.2")).unwrap();
+        assert_eq!(connections.stats().refused_shut_out, 1);
+        tokio::time::advance(out.retry_after).await;
+        connections.admit(ip("10.0.0.1")).unwrap();
     }
 
     #[test]

@@ -15,6 +15,13 @@
 //! a source's flood costs at most its rate of failures (plus one refused
 //! accept per connection attempt while it is shut out).
 //!
+//! While a source is shut out, its new connections are kept out in the
+//! kernel: the listening socket's packet filter ([`crate::gate`]) drops
+//! its SYNs, so its client's own TCP stack waits and retries (after 1 s,
+//! then 3 s, ...) at no cost to the server; a connection from it accepted
+//! anyway (before the filter is in place, or beyond the sources it holds)
+//! is closed as it is accepted.
+//!
 //! A connection on which a request has been authenticated is never closed
 //! for its source's failures: a client that shares its address with a
 //! flooding one keeps the streams it has. Its new connections are refused
@@ -26,6 +33,7 @@
 //! out early only gets a fresh budget.
 
 use std::{
+    collections::HashMap,
     num::NonZeroU32,
     sync::{
         Arc,
@@ -41,6 +49,9 @@ use governor::{
     state::{InMemoryState, NotKeyed},
 };
 
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
 use crate::{clock::TokioClock, source::Source};
 
 /// Most sources whose failures are tracked at once.
@@ -49,6 +60,14 @@ const MAX_SOURCES: u64 = 65_536;
 /// A source's failures are forgotten after this long without one (far
 /// longer than any shut-out lasts: a burst at the rate).
 const SOURCE_IDLE: Duration = Duration::from_secs(60);
+
+/// The shortest a shut-out lasts, even when the source's next failure is
+/// allowed sooner: each time it is let in again costs a connection's
+/// set-up, more than the failures it may then spend (measured: shut out
+/// only until the next failure at 5/s, eight flooding sources cost 5.8
+/// times a floodless phase's CPU). A second is also the wait of a client
+/// whose SYN was dropped before its TCP stack sends it again.
+const MIN_SHUT_OUT: Duration = Duration::from_secs(1);
 
 /// How many failed authentications a source may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +110,7 @@ pub struct ShutOut {
     pub from: Source,
     /// The bound it spent.
     pub bound: FailureBound,
-    /// When it has a failure to spend again.
+    /// When it has a failure to spend again (at least [`MIN_SHUT_OUT`]).
     pub retry_after: Duration,
 }
 
@@ -113,6 +132,12 @@ pub(crate) struct AuthFailures {
     bound: FailureBound,
     clock: TokioClock,
     sources: moka::sync::Cache<Source, Arc<SourceFailures>>,
+    /// The sources shut out now (and maybe some whose time has passed),
+    /// each until when: what the gate keeps out. Bounded by
+    /// [`MAX_SOURCES`] as the budgets are.
+    shut: Mutex<HashMap<Source, Duration>>,
+    /// Told each time a source is newly shut out.
+    changed: watch::Sender<()>,
 }
 
 impl AuthFailures {
@@ -125,6 +150,8 @@ impl AuthFailures {
                 .max_capacity(MAX_SOURCES)
                 .time_to_idle(SOURCE_IDLE)
                 .build(),
+            shut: Mutex::default(),
+            changed: watch::Sender::new(()),
         }
     }
 
@@ -143,9 +170,10 @@ impl AuthFailures {
         });
         failures.rate.check().map_err(|not_until| {
             let now = self.clock.now();
-            let wait = not_until.wait_time_from(now);
+            let wait = not_until.wait_time_from(now).max(MIN_SHUT_OUT);
             let until = u64::try_from((now + wait).as_nanos()).unwrap_or(u64::MAX);
             failures.shut_until.fetch_max(until, Ordering::Relaxed);
+            self.record_shut_out(source, now + wait);
             self.shut_out_for(source, wait)
         })
     }
@@ -157,6 +185,36 @@ impl AuthFailures {
         let now = self.clock.now();
         let until = Duration::from_nanos(failures.shut_until.load(Ordering::Relaxed));
         (until > now).then(|| self.shut_out_for(source, until - now))
+    }
+
+    fn record_shut_out(&self, source: Source, until: Duration) {
+        let mut shut = self.shut.lock();
+        let now = self.clock.now();
+        if shut.len() as u64 >= MAX_SOURCES {
+            shut.retain(|_, until| *until > now);
+        }
+        if (shut.len() as u64) < MAX_SOURCES {
+            let newly = shut.insert(source, until).is_none_or(|was| was <= now);
+            if newly {
+                self.changed.send_replace(());
+            }
+        }
+    }
+
+    /// The sources shut out now, and when the first of them is let in
+    /// again (`None`: none is shut out); those whose time has passed are
+    /// forgotten.
+    pub(crate) fn shut_sources(&self) -> (Vec<Source>, Option<tokio::time::Instant>) {
+        let mut shut = self.shut.lock();
+        let now = self.clock.now();
+        shut.retain(|_, until| *until > now);
+        let first = shut.values().min().map(|until| self.clock.instant(*until));
+        (shut.keys().copied().collect(), first)
+    }
+
+    /// A receiver that is told each time a source is newly shut out.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
     }
 
     fn shut_out_for(&self, source: Source, retry_after: Duration) -> ShutOut {
@@ -193,29 +251,34 @@ mod tests {
         }
         assert_eq!(failures.shut_out(a), None, "not until a failure is refused");
         let out = failures.failed(a).unwrap_err();
-        assert_eq!(out.retry_after, Duration::from_millis(250), "4/s");
+        assert_eq!(
+            out.retry_after, MIN_SHUT_OUT,
+            "4/s would allow one after 250 ms, but a shut-out lasts a second"
+        );
         assert_eq!(out.from, a);
         // Asking draws nothing: the shut-out ends on time however often
         // it is asked about.
         for _ in 0..100 {
             assert_eq!(
                 failures.shut_out(a).map(|o| o.retry_after),
-                Some(Duration::from_millis(250))
+                Some(MIN_SHUT_OUT)
             );
         }
         // Another source is not shut out by A's failures.
         let b = source("10.0.0.2");
         assert_eq!(failures.shut_out(b), None);
         failures.failed(b).unwrap();
-        tokio::time::advance(Duration::from_millis(249)).await;
+        tokio::time::advance(MIN_SHUT_OUT - Duration::from_millis(1)).await;
         assert_eq!(
             failures.shut_out(a).map(|o| o.retry_after),
             Some(Duration::from_millis(1))
         );
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(failures.shut_out(a), None);
-        // One failure was earned back, and only one.
-        failures.failed(a).unwrap();
+        // A second at 4/s earned back the whole burst, and no more.
+        for _ in 0..3 {
+            failures.failed(a).unwrap();
+        }
         failures.failed(a).unwrap_err();
     }
 

@@ -8,9 +8,10 @@
 //! retiring connections at their maximum age ([`retire`]).
 //!
 //! Inside, imports run down: `accept` sits on `conn`,
-//! `connections`, `keepalive` and `retire`; `conn` on `connections`,
-//! `standing` and `retire`; `connections` on `standing`, `failures` and
-//! `source`; `standing` on `failures` and `source`; `failures` on `clock`
+//! `connections`, `gate`, `keepalive` and `retire`; `gate` on `failures`
+//! and `source`; `conn` on `connections`,
+//! `standing` and `retire`; `connections` on `standing`, `gate`,
+//! `failures` and `source`; `standing` on `failures` and `source`; `failures` on `clock`
 //! and `source`; `tls` on `reload`.
 //!
 //! It sits on tonic's transport and rustls only; auth sits on it (for
@@ -21,6 +22,7 @@ pub mod clock;
 pub mod conn;
 pub mod connections;
 pub mod failures;
+mod gate;
 pub mod keepalive;
 mod reload;
 pub mod retire;

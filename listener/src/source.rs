@@ -22,6 +22,13 @@ impl Source {
     }
 }
 
+impl Source {
+    /// The address (IPv6: the /64's first address).
+    pub(crate) fn ip(&self) -> IpAddr {
+        self.0
+    }
+}
+
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
