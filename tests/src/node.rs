@@ -27,6 +27,7 @@
 mod cgroup;
 mod container;
 mod forward;
+mod limits;
 
 use std::{
     fs::File,
@@ -46,6 +47,7 @@ use tokio::process::Child;
 pub use self::cgroup::Cgroup;
 pub use self::container::ContainerProcess;
 pub use self::forward::Forwarder;
+pub use self::limits::Limits;
 use crate::{
     controlplane::{ControlPlane, Options, built_by, free_port, spawn},
     eventually::{Look, eventually},

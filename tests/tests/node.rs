@@ -38,7 +38,7 @@ use kube::{
 use kube_fanout_tests::{
     changes::{Change, check_each_once_in_order, printed},
     helm::{Helm, exists, kind_name},
-    node::{CHART, Cluster, ContainerProcess, chart_image, kube_fanout_image},
+    node::{CHART, Cluster, ContainerProcess, Limits, chart_image, kube_fanout_image},
     support::create_namespace,
 };
 use kube_runtime::watcher;
@@ -427,7 +427,9 @@ async fn diagnose(kube: &kube::Client) -> String {
 /// runs: each container runs as the chart's non-root user, its root
 /// filesystem is read-only (a write into it, as root from the host, fails
 /// with EROFS: /tmp is world-writable in the image, so nothing else stops
-/// it), and it serves (the probes passed).
+/// it), the limits its cgroups enforce are the chart's `resources.limits`
+/// (a memory limit; no CPU limit is no CFS quota), and it serves (the
+/// probes passed).
 async fn check_pods_as_the_chart_says(kube: &kube::Client) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
     for pod in pods.list(&ListParams::default().labels(SELECTOR)).await? {
@@ -462,6 +464,22 @@ async fn check_pods_as_the_chart_says(kube: &kube::Client) -> Result<()> {
                 "writing {PROBE} into pod {name}'s root filesystem failed, but not as read-only: {e}"
             ),
         }
+        let resources = spec.containers[0].resources.as_ref();
+        let asked = Limits::asked(resources.and_then(|r| r.limits.as_ref()))?;
+        // The chart's default: without a memory limit the comparison below
+        // would hold for a kubelet that enforced nothing.
+        ensure!(
+            asked.memory_bytes.is_some(),
+            "pod {name}'s spec has no memory limit: {resources:?}"
+        );
+        let enforced = process
+            .limits()
+            .with_context(|| format!("reading the limits pod {name}'s cgroups enforce"))?;
+        ensure!(
+            enforced == asked,
+            "pod {name}'s cgroups enforce {enforced:?}, not the chart's resources.limits {asked:?} \
+             ({resources:?}): the kubelet did not put the spec's limits in force"
+        );
     }
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! A container's process as the node runs it, seen from the host: found by
 //! its cgroup (the kubelet names each container's cgroup after its
 //! container ID), with the user it runs as and its root filesystem
-//! (`/proc/PID/root`, the container's own mount of it). What a pod spec
-//! promises (`runAsUser`, `readOnlyRootFilesystem`) is then checked on the
+//! (`/proc/PID/root`, the container's own mount of it) and the limits its
+//! cgroups enforce. What a pod spec promises (`runAsUser`,
+//! `readOnlyRootFilesystem`, `resources.limits`) is then checked on the
 //! process itself, not on the object the API server accepted.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+
+use super::Limits;
 
 /// One running container's first process.
 #[derive(Debug)]
@@ -55,6 +58,11 @@ impl ContainerProcess {
             .split_whitespace()
             .map(str::parse)
             .collect::<Result<_, _>>()?)
+    }
+
+    /// The memory and CPU limits its cgroups enforce.
+    pub fn limits(&self) -> Result<Limits> {
+        Limits::enforced(self.pid)
     }
 
     /// Tries to create `path` (absolute, in the container's view) in the
