@@ -752,6 +752,11 @@ async fn every_cell_is_the_api_servers_answer_for_tokens_and_certificates_of_eve
         client_ca: Some(client_ca_file),
     };
     let fanout = Fanout::start_with(admin.clone(), &["v1/configmaps", "v1/secrets"], |o| {
+        // The matrix asks for every cell's answer, refusals included, all
+        // from 127.0.0.1: past the failure budget the source would be shut
+        // out (RESOURCE_EXHAUSTED, connections closed), which the flood
+        // test proves; here each refusal must be the API server's own.
+        o.connections.auth_failures = None;
         o.security.tls = Some(files);
         o.security.auth = Some(AuthOptions {
             audiences: vec![AUDIENCE.into()],
