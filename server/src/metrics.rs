@@ -18,7 +18,11 @@ use futures::{Stream, StreamExt, TryFutureExt};
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
-    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+    metrics::{
+        MetricType,
+        counter::ConstCounter,
+        gauge::{ConstGauge, Gauge},
+    },
     registry::Registry,
 };
 use tokio::net::TcpListener;
@@ -36,6 +40,7 @@ use kube_fanout_core::{
     reflector_status::ReflectorStatus,
     registry::{Served, ServedTypes},
     store::StoreStatus,
+    subscription::Limits,
 };
 use kube_fanout_listener::{
     accept::{self, Accept},
@@ -139,6 +144,18 @@ const FAMILIES: &[Family] = &[
         help: "Bytes of the encoded WatchEvents handed to Watch streams to send, per subscriber (before gRPC framing and compression).",
         kind: MetricType::Counter,
         value: |served, _, _| served.deliveries().bytes,
+    },
+    Family {
+        name: "kube_fanout_subscriber_lag_events",
+        help: "The most ring events one live Watch stream has yet to read, counted from its start (0 while every stream has read what it was offered). Its cut-off at kube_fanout_max_lag_events counts only what its filter lets through, at most this.",
+        kind: MetricType::Gauge,
+        value: |served, _, _| served.store.behind().events,
+    },
+    Family {
+        name: "kube_fanout_subscriber_lag_bytes",
+        help: "The most bytes of object JSON one live Watch stream has yet to read, counted from its start; its cut-off is at kube_fanout_max_lag_bytes.",
+        kind: MetricType::Gauge,
+        value: |served, _, _| served.store.behind().bytes,
     },
     Family {
         name: "kube_fanout_relists",
@@ -394,6 +411,27 @@ pub fn registry(
     registry
 }
 
+/// Registers the lag bounds (`--max-lag-events`, `--max-lag-bytes`) as
+/// gauges, for the subscribers' lag to be graphed against.
+pub fn register_lag_limits(registry: &mut Registry, limits: &Limits) {
+    for (name, help, value) in [
+        (
+            "kube_fanout_max_lag_events",
+            "The events a live Watch stream may have left to receive before it is cut off (--max-lag-events).",
+            limits.max_lag_events,
+        ),
+        (
+            "kube_fanout_max_lag_bytes",
+            "The bytes a live Watch stream may have left to receive before it is cut off (--max-lag-bytes).",
+            limits.max_lag_bytes,
+        ),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        registry.register(name, help, gauge);
+    }
+}
+
 /// The text exposition of `registry`.
 pub fn render(registry: &Registry) -> Result<String, fmt::Error> {
     let mut out = String::new();
@@ -548,6 +586,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_lag_bounds_are_gauges_of_the_configured_limits() {
+        let mut registry = Registry::default();
+        let limits = Limits {
+            max_lag_events: 7,
+            max_lag_bytes: 4096,
+            ..Limits::default()
+        };
+        register_lag_limits(&mut registry, &limits);
+        let text = render(&registry).unwrap();
+        for line in [
+            "# TYPE kube_fanout_max_lag_events gauge",
+            "kube_fanout_max_lag_events 7",
+            "kube_fanout_max_lag_bytes 4096",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+        }
+    }
+
+    #[test]
     fn every_family_is_exposed_per_resource_type_with_its_value() {
         let store = Arc::new(Store::new(configmaps(), 10));
         store.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
@@ -608,6 +665,10 @@ mod tests {
             r#"kube_fanout_deliveries_total{resource="v1/configmaps"} 2"#,
             r#"kube_fanout_delivered_bytes_total{resource="v1/configmaps"} 123"#,
             r#"kube_fanout_watch_errors_total{resource="v1/configmaps",reason="SubscriberLagged"} 1"#,
+            // No live subscriber reads the store (the guards above are
+            // counts, not readers): none is behind.
+            r#"kube_fanout_subscriber_lag_events{resource="v1/configmaps"} 0"#,
+            r#"kube_fanout_subscriber_lag_bytes{resource="v1/configmaps"} 0"#,
             history_line.as_str(),
         ] {
             assert!(

@@ -132,6 +132,7 @@ pub async fn start(
                 ],
             );
             registry.register_collector(Box::new(list_budget.clone()));
+            metrics::register_lag_limits(&mut registry, &options.limits);
             if let Some(layer) = &guards.authenticate {
                 layer.counters().register(&mut registry);
             }

@@ -22,6 +22,7 @@ use kube_fanout_auth::{
 use kube_fanout_client::proto::{ListRequest, WatchRequest, kube_fanout_client::KubeFanoutClient};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, client_for, user_token},
+    eventually::{Look, eventually},
     fanout::Fanout,
     support::{configmaps, create_configmap, create_namespace, http_get, next_event},
 };
@@ -377,6 +378,120 @@ async fn deliveries_count_each_event_once_per_subscriber_it_reaches() -> Result<
         "{SUBSCRIBERS} subscribers x {EVENTS} events: {} deliveries, {} bytes",
         moved.0, moved.1
     );
+    fanout.stop().await?;
+    Ok(())
+}
+
+/// The dashboard's Subscriber lag panel: a subscriber that stops reading
+/// (its stream's HTTP/2 windows and socket buffers full) shows as behind
+/// by the events and bytes written after it stopped, graphed against the
+/// cut-off's bounds, and as caught up once it has read them; another
+/// subscriber reading along never makes the gauge move on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_is_shown_behind_until_it_reads_on() -> Result<()> {
+    // Enough to fill what HTTP/2 and loopback sockets buffer (a few MiB),
+    // well within the bounds set below.
+    const OBJECTS: usize = 48;
+    const VALUE: usize = 512 * 1024;
+    const MAX_EVENTS: u64 = 5000;
+    const MAX_BYTES: u64 = 1 << 30;
+    let cp = ControlPlane::start().await?;
+    let fanout = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
+        o.limits.max_lag_events = MAX_EVENTS;
+        o.limits.max_lag_bytes = MAX_BYTES;
+    })
+    .await?;
+    fanout.wait_synced().await?;
+    create_namespace(&cp.client, "lag").await?;
+    let mut client = KubeFanoutClient::connect(format!("http://{}", fanout.addr)).await?;
+    let at = client
+        .list(ListRequest {
+            resource: Some(configmaps()),
+            namespace: "lag".into(),
+            ..ListRequest::default()
+        })
+        .await?
+        .into_inner()
+        .resource_version;
+    let watch = || WatchRequest {
+        resource: Some(configmaps()),
+        namespace: "lag".into(),
+        resource_version: at.clone(),
+        ..WatchRequest::default()
+    };
+    // Each on a connection of its own, as clients connect.
+    let mut stalled = client.watch(watch()).await?.into_inner();
+    let mut reading = KubeFanoutClient::connect(format!("http://{}", fanout.addr))
+        .await?
+        .watch(watch())
+        .await?
+        .into_inner();
+    let metrics = fanout.metrics_addr.context("metrics")?;
+    let lag = async || -> Result<(u64, u64)> {
+        let scrape = http_get(metrics, "/metrics").await?;
+        for (name, bound) in [
+            ("kube_fanout_max_lag_events", MAX_EVENTS),
+            ("kube_fanout_max_lag_bytes", MAX_BYTES),
+        ] {
+            ensure!(sample(&scrape, name)? == bound, "{name} is not {bound}");
+        }
+        Ok((
+            sample(
+                &scrape,
+                r#"kube_fanout_subscriber_lag_events{resource="v1/configmaps"}"#,
+            )?,
+            sample(
+                &scrape,
+                r#"kube_fanout_subscriber_lag_bytes{resource="v1/configmaps"}"#,
+            )?,
+        ))
+    };
+    ensure!(lag().await? == (0, 0), "behind before anything was written");
+    let value = "x".repeat(VALUE);
+    let mut last = String::new();
+    for i in 0..OBJECTS {
+        let cm = create_configmap(&cp.client, "lag", &format!("cm-{i}"), &value).await?;
+        last = cm.metadata.resource_version.context("no resourceVersion")?;
+    }
+    for _ in 0..OBJECTS {
+        next_event(&mut reading).await?;
+    }
+    let written = (OBJECTS * VALUE) as u64;
+    let behind = eventually("the stalled subscriber shown behind")
+        .until_done(async || {
+            let (events, bytes) = lag().await?;
+            Ok(if events > 0 {
+                Look::Done((events, bytes))
+            } else {
+                Look::NotYet((events, bytes))
+            })
+        })
+        .await?;
+    // What it has not read is some of what was written after it stopped:
+    // at least one object, and no more than all of them (bookmarks add
+    // events but no object bytes).
+    ensure!(
+        behind.1 >= VALUE as u64 && behind.1 <= written + written / 10,
+        "behind by {behind:?}: {OBJECTS} objects of {VALUE} bytes were written"
+    );
+    println!("a subscriber that stopped reading: {behind:?} (events, bytes) behind");
+    // Once it reads what it was sent, it is behind by nothing.
+    loop {
+        let event = next_event(&mut stalled).await?;
+        if event.resource_version == last {
+            break;
+        }
+    }
+    eventually("the stalled subscriber caught up")
+        .until_done(async || {
+            let seen = lag().await?;
+            Ok(if seen == (0, 0) {
+                Look::Done(())
+            } else {
+                Look::NotYet(seen)
+            })
+        })
+        .await?;
     fanout.stop().await?;
     Ok(())
 }

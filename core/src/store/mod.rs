@@ -74,6 +74,7 @@
 
 mod cursor;
 mod probes;
+mod readers;
 mod relist;
 mod ring;
 mod snapshot;
@@ -91,14 +92,17 @@ use tokio::{
     time::{Duration, Instant},
 };
 
+pub(crate) use self::readers::Reader;
 pub use self::{
     cursor::ReadError,
+    readers::Behind,
     ring::{Head, HistoryLimits},
     snapshot::Snapshot,
     unit::Gap,
 };
 use self::{
     probes::Probes,
+    readers::Readers,
     relist::{Change, difference, free_elsewhere},
     ring::Ring,
     snapshot::Snapshots,
@@ -154,6 +158,8 @@ pub struct Store {
     snapshots: Snapshots,
     head: watch::Sender<Head>,
     dispatch: Arc<Dispatch>,
+    /// Where each live subscriber has read to (for metrics only).
+    readers: Arc<Readers>,
     /// Set once, when the server stops or the type goes (see
     /// [`Store::close_subscribers`]): [`OPEN`], [`SHUTTING_DOWN`] or
     /// [`REMOVED`].
@@ -205,6 +211,7 @@ impl Store {
             snapshots: Snapshots::default(),
             head: watch::Sender::new(Head::default()),
             dispatch: Arc::new(Dispatch::new(fields)),
+            readers: Arc::default(),
             closing: AtomicU8::new(OPEN),
             resource,
             probes: Probes::default(),
@@ -369,6 +376,16 @@ impl Store {
     /// The registry of indexed subscribers the writer marks.
     pub fn dispatch(&self) -> &Arc<Dispatch> {
         &self.dispatch
+    }
+
+    /// Registers a live subscriber's read position (see [`Store::behind`]).
+    pub(crate) fn reader(&self) -> Reader {
+        self.readers.register()
+    }
+
+    /// How far behind the head the slowest live subscribers are.
+    pub fn behind(&self) -> Behind {
+        self.readers.behind(&self.head.borrow())
     }
 
     /// A receiver that sees every move of the head.

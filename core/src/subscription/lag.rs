@@ -33,6 +33,16 @@ impl LagBound {
         }
     }
 
+    /// The ring position (and its bytes) from which a subscriber at
+    /// `cursor` is counted: the later of the cursor and the stream's start.
+    pub(super) fn counted_from(&self, cursor: u64, cursor_bytes: u64) -> (u64, u64) {
+        if cursor >= self.start_seq {
+            (cursor, cursor_bytes)
+        } else {
+            (self.start_seq, self.start_bytes)
+        }
+    }
+
     /// Whether the subscriber at `cursor` has more left to receive than
     /// `limits` allow. The cheap check (every event since the later of the
     /// stream's start and the cursor) settles most calls; only when it
@@ -47,11 +57,7 @@ impl LagBound {
         cursor: u64,
         cursor_bytes: u64,
     ) -> bool {
-        let (from, from_bytes) = if cursor >= self.start_seq {
-            (cursor, cursor_bytes)
-        } else {
-            (self.start_seq, self.start_bytes)
-        };
+        let (from, from_bytes) = self.counted_from(cursor, cursor_bytes);
         let events = head.seq.saturating_sub(from);
         let bytes = head.bytes.saturating_sub(from_bytes);
         if events <= limits.max_lag_events && bytes <= limits.max_lag_bytes {

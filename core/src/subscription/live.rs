@@ -25,7 +25,7 @@ use crate::{
     dispatch::Interest,
     event::Event,
     object::ResourceVersion,
-    store::{Head, Store},
+    store::{Head, Reader, Store},
 };
 
 /// What a subscription keeps whatever its state: the store, the request,
@@ -60,6 +60,9 @@ pub(super) struct Live {
     lag: LagBound,
     /// How the subscriber learns that events concern it.
     interest: Interest,
+    /// Its position as published for metrics: how far it is behind while
+    /// it reads, caught up while it waits.
+    reader: Reader,
 }
 
 /// Where live following is. Each step moves it on:
@@ -204,6 +207,7 @@ impl Live {
                 .store
                 .dispatch()
                 .register(cx.spec.filter.pinned(), cx.spec.filter.required_labels()),
+            reader: cx.store.reader(),
         }
     }
 
@@ -243,6 +247,7 @@ impl Live {
             self.cursor = event.seq;
             self.cursor_bytes = event.bytes_through;
             self.read_rv = event.resource_version;
+            publish(&self.lag, &self.reader, self.cursor, self.cursor_bytes);
             if let Some(delivery) = self.resume.handle(&cx.store, &cx.spec, &event) {
                 *last_sent = LastSent::SinceLastWait;
                 return Ok(Some(delivery));
@@ -296,13 +301,23 @@ impl Live {
         }
         self.phase = match cx.store.read_after(from, BATCH) {
             Err(_) => return Err(self.lagged()),
-            Ok(events) if !events.is_empty() => Phase::CatchingUp {
-                pending: events.into(),
-                last_sent,
-            },
-            Ok(_) => Phase::Waiting {
-                last_sent: last_sent.stamp(),
-            },
+            Ok(events) if !events.is_empty() => {
+                // An indexed subscriber reading from its mark has skipped
+                // what lies before it: its first read publishes.
+                if from == self.cursor {
+                    publish(&self.lag, &self.reader, self.cursor, self.cursor_bytes);
+                }
+                Phase::CatchingUp {
+                    pending: events.into(),
+                    last_sent,
+                }
+            }
+            Ok(_) => {
+                self.reader.caught_up();
+                Phase::Waiting {
+                    last_sent: last_sent.stamp(),
+                }
+            }
         };
         Ok(())
     }
@@ -437,6 +452,15 @@ impl Live {
     }
 }
 
+/// Publishes that a subscriber has read up to `cursor` (`cursor_bytes`),
+/// counted as its lag bound counts: from the stream's start at the
+/// earliest. (A function of the two fields, not a method: it runs while
+/// the phase's pending events are borrowed.)
+fn publish(lag: &LagBound, reader: &Reader, cursor: u64, cursor_bytes: u64) {
+    let (seq, bytes) = lag.counted_from(cursor, cursor_bytes);
+    reader.read_to(seq, bytes);
+}
+
 /// The progress timer's deadline: `due`, or the connection's retirement
 /// if that comes first.
 fn sooner(due: Instant, retire_at: Option<Instant>) -> Instant {
@@ -456,7 +480,7 @@ mod tests {
         fixtures::{configmaps, empty_store, object},
         object::ResourceVersion,
         projection::Projection,
-        store::Store,
+        store::{Behind, Store},
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
             delivery::{Marker, bookmark},
@@ -575,6 +599,64 @@ mod tests {
         }
         assert_eq!(delivered, [3, 3], "the object, then the end bookmark");
         assert_eq!(Instant::now(), retire_at, "no wait");
+    }
+
+    /// A subscriber that stops reading is as far behind the head as the
+    /// ring's events it has not read since its stream started; one that
+    /// waits, or that nothing after its cursor concerns, is not behind.
+    #[tokio::test(start_paused = true)]
+    async fn how_far_a_live_subscriber_is_behind_is_what_it_has_not_read_since_it_started() {
+        let store = empty_store();
+        store.apply(EventKind::Added, object("o2", 2, "{}"));
+        let mut resumed = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        );
+        let mut unread = stream_of(
+            &store,
+            spec("", Start::At(ResourceVersion(2)), false),
+            Limits::default(),
+        );
+        let mut indexed = stream_of(
+            &store,
+            spec("app=x", Start::At(ResourceVersion(2)), false),
+            Limits::default(),
+        );
+        assert!(ready(&mut unread).await.is_empty());
+        assert!(ready(&mut indexed).await.is_empty());
+        let size = object("o3", 3, "{}").json.len() as u64;
+        for rv in 3..=6 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        // Events before a stream started are owed to it, not lag: the
+        // resumed subscriber has read one of the five it is owed.
+        assert!(matches!(resumed.next().await, Some(Ok(_))));
+        assert_eq!(store.behind(), Behind::default());
+        assert!(matches!(unread.next().await, Some(Ok(_))));
+        assert_eq!(
+            store.behind(),
+            Behind {
+                events: 3,
+                bytes: 3 * size
+            },
+            "three of the four events after its start are unread"
+        );
+        assert_eq!(ready(&mut unread).await.len(), 3);
+        assert_eq!(ready(&mut resumed).await.len(), 4);
+        assert_eq!(store.behind(), Behind::default());
+        drop(unread);
+        drop(resumed);
+        store.apply(EventKind::Added, object("o7", 7, r#"{"app":"x"}"#));
+        assert_eq!(ready(&mut indexed).await, [Ok((EventKind::Added, 7))]);
+        store.apply(EventKind::Added, object("o8", 8, "{}"));
+        assert_eq!(
+            store.behind(),
+            Behind::default(),
+            "nothing after its cursor concerns the indexed one"
+        );
+        assert!(ready(&mut indexed).await.is_empty());
+        drop(indexed);
     }
 
     #[tokio::test(start_paused = true)]
