@@ -591,11 +591,12 @@ async fn flood_phase(
     );
     if !sources.is_empty() {
         // Not vacuous: the flood did reach the API server, and beyond
-        // what the failure budget allows: it was shut out.
-        ensure!(
-            reviews >= u64::from(bound.burst.get()),
-            "only {reviews} TokenReviews"
-        );
+        // what the failure budget allows: it was shut out. How many of
+        // the bound's reviews it got before that is the machine's timing,
+        // not a bound: requests over the review concurrency bound while a
+        // review is in flight spend the same failure budget (a CI run on
+        // a loaded machine got 2 of the burst's 5 before the shut-out).
+        ensure!(reviews > 0, "the flood reached no TokenReview");
         ensure!(
             outcomes.closed > 0,
             "the flood was never shut out: {outcomes:?}"
