@@ -302,6 +302,35 @@ fn sample(scrape: &str, series: &str) -> Result<u64> {
         .with_context(|| format!("{series} is not an integer"))
 }
 
+/// The value of family `name`'s sample for v1/configmaps in a scrape.
+fn configmaps_sample(scrape: &str, name: &str) -> Result<u64> {
+    sample(scrape, &format!(r#"{name}{{resource="v1/configmaps"}}"#))
+}
+
+/// A watch of `namespace`'s configmaps from the cache's resourceVersion
+/// now: no snapshot and no bookmarks, so it is sent exactly the changes
+/// written after this returns.
+async fn watch_from_now(
+    client: &mut KubeFanoutClient<tonic::transport::Channel>,
+    namespace: &str,
+) -> Result<WatchRequest> {
+    let at = client
+        .list(ListRequest {
+            resource: Some(configmaps()),
+            namespace: namespace.into(),
+            ..ListRequest::default()
+        })
+        .await?
+        .into_inner()
+        .resource_version;
+    Ok(WatchRequest {
+        resource: Some(configmaps()),
+        namespace: namespace.into(),
+        resource_version: at,
+        ..WatchRequest::default()
+    })
+}
+
 /// The per-delivery counters the dashboard's Deliveries and Bytes
 /// delivered panels read move by one per event each subscriber is sent,
 /// and by the bytes it receives: 3 subscribers of 5 changes are 15
@@ -316,43 +345,18 @@ async fn deliveries_count_each_event_once_per_subscriber_it_reaches() -> Result<
     fanout.wait_synced().await?;
     create_namespace(&cp.client, "deliveries").await?;
     let mut client = KubeFanoutClient::connect(format!("http://{}", fanout.addr)).await?;
-    // Watches from the cache's resourceVersion now: no snapshot, no
-    // bookmarks, so each is sent exactly the changes written below.
-    let at = client
-        .list(ListRequest {
-            resource: Some(configmaps()),
-            namespace: "deliveries".into(),
-            ..ListRequest::default()
-        })
-        .await?
-        .into_inner()
-        .resource_version;
+    let request = watch_from_now(&mut client, "deliveries").await?;
     let mut streams = Vec::new();
     for _ in 0..SUBSCRIBERS {
-        let request = WatchRequest {
-            resource: Some(configmaps()),
-            namespace: "deliveries".into(),
-            resource_version: at.clone(),
-            ..WatchRequest::default()
-        };
-        streams.push(client.watch(request).await?.into_inner());
+        streams.push(client.watch(request.clone()).await?.into_inner());
     }
     let metrics = fanout.metrics_addr.context("metrics")?;
     let counts = async || -> Result<(u64, u64, u64)> {
         let scrape = http_get(metrics, "/metrics").await?;
         Ok((
-            sample(
-                &scrape,
-                r#"kube_fanout_deliveries_total{resource="v1/configmaps"}"#,
-            )?,
-            sample(
-                &scrape,
-                r#"kube_fanout_delivered_bytes_total{resource="v1/configmaps"}"#,
-            )?,
-            sample(
-                &scrape,
-                r#"kube_fanout_events_total{resource="v1/configmaps"}"#,
-            )?,
+            configmaps_sample(&scrape, "kube_fanout_deliveries_total")?,
+            configmaps_sample(&scrape, "kube_fanout_delivered_bytes_total")?,
+            configmaps_sample(&scrape, "kube_fanout_events_total")?,
         ))
     };
     let before = counts().await?;
@@ -404,26 +408,12 @@ async fn a_subscriber_that_stops_reading_is_shown_behind_until_it_reads_on() -> 
     fanout.wait_synced().await?;
     create_namespace(&cp.client, "lag").await?;
     let mut client = KubeFanoutClient::connect(format!("http://{}", fanout.addr)).await?;
-    let at = client
-        .list(ListRequest {
-            resource: Some(configmaps()),
-            namespace: "lag".into(),
-            ..ListRequest::default()
-        })
-        .await?
-        .into_inner()
-        .resource_version;
-    let watch = || WatchRequest {
-        resource: Some(configmaps()),
-        namespace: "lag".into(),
-        resource_version: at.clone(),
-        ..WatchRequest::default()
-    };
+    let request = watch_from_now(&mut client, "lag").await?;
     // Each on a connection of its own, as clients connect.
-    let mut stalled = client.watch(watch()).await?.into_inner();
+    let mut stalled = client.watch(request.clone()).await?.into_inner();
     let mut reading = KubeFanoutClient::connect(format!("http://{}", fanout.addr))
         .await?
-        .watch(watch())
+        .watch(request)
         .await?
         .into_inner();
     let metrics = fanout.metrics_addr.context("metrics")?;
@@ -436,14 +426,8 @@ async fn a_subscriber_that_stops_reading_is_shown_behind_until_it_reads_on() -> 
             ensure!(sample(&scrape, name)? == bound, "{name} is not {bound}");
         }
         Ok((
-            sample(
-                &scrape,
-                r#"kube_fanout_subscriber_lag_events{resource="v1/configmaps"}"#,
-            )?,
-            sample(
-                &scrape,
-                r#"kube_fanout_subscriber_lag_bytes{resource="v1/configmaps"}"#,
-            )?,
+            configmaps_sample(&scrape, "kube_fanout_subscriber_lag_events")?,
+            configmaps_sample(&scrape, "kube_fanout_subscriber_lag_bytes")?,
         ))
     };
     ensure!(lag().await? == (0, 0), "behind before anything was written");
