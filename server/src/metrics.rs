@@ -36,10 +36,11 @@ use kube_fanout_auth::{
     reviews::NonResourceAttributes,
 };
 use kube_fanout_core::{
+    dispatch::DispatchStatus,
     on_demand::{OnDemand, counters::Stop},
     reflector_status::ReflectorStatus,
-    registry::{Served, ServedTypes},
-    store::StoreStatus,
+    registry::{Deliveries, ServedTypes},
+    store::{Behind, StoreStatus},
     subscription::Limits,
 };
 use kube_fanout_listener::{
@@ -65,7 +66,18 @@ struct Family {
     name: &'static str,
     help: &'static str,
     kind: MetricType,
-    value: fn(&Served, &StoreStatus, &ReflectorStatus) -> u64,
+    value: fn(&Scraped) -> u64,
+}
+
+/// One served type as read once per scrape, so that families reading the
+/// same status (the dispatch's three, the lag's two) share one read.
+struct Scraped {
+    subscribers: u64,
+    store: StoreStatus,
+    reflector: ReflectorStatus,
+    dispatch: DispatchStatus,
+    deliveries: Deliveries,
+    behind: Behind,
 }
 
 const FAMILIES: &[Family] = &[
@@ -73,50 +85,51 @@ const FAMILIES: &[Family] = &[
         name: "kube_fanout_objects",
         help: "Objects in the cache.",
         kind: MetricType::Gauge,
-        value: |_, s, _| s.objects,
+        value: |t| t.store.objects,
     },
     Family {
         name: "kube_fanout_subscribers",
         help: "Open Watch streams.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.subscribers(""),
+        value: |t| t.subscribers,
     },
     Family {
         name: "kube_fanout_indexed_subscribers",
         help: "Live Watch streams registered under an indexed field value, label values or a label's presence: woken only by events of objects that have them.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.store.dispatch().status().indexed,
+        value: |t| t.dispatch.indexed,
     },
     Family {
         name: "kube_fanout_unindexed_subscribers",
         help: "Live Watch streams offered every event (their filter pins no indexed field and requires no label).",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.store.dispatch().status().unindexed,
+        value: |t| t.dispatch.unindexed,
     },
     Family {
         name: "kube_fanout_subscriber_wakeups",
         help: "Times a live Watch stream was woken to look for events; over kube_fanout_events, wake-ups per event.",
         kind: MetricType::Counter,
-        value: |served, _, _| served.store.dispatch().status().wakeups,
+        value: |t| t.dispatch.wakeups,
     },
     Family {
         name: "kube_fanout_synced",
         help: "1 once the first list or watch-list has been applied.",
         kind: MetricType::Gauge,
-        value: |_, s, _| u64::from(s.head.synced),
+        value: |t| u64::from(t.store.head.synced),
     },
     Family {
         name: "kube_fanout_resource_version",
         help: "The resourceVersion the cache is at: the last one the upstream sent (list, event or bookmark).",
         kind: MetricType::Gauge,
-        value: |_, s, _| s.head.resource_version.0,
+        value: |t| t.store.head.resource_version.0,
     },
     Family {
         name: "kube_fanout_upstream_last_event_timestamp_seconds",
         help: "When the upstream last sent a list, watch event or bookmark of the type (Unix seconds; 0 before the first). time() minus it: how long the type has heard nothing; the API server sends a watch a bookmark about every minute.",
         kind: MetricType::Gauge,
-        value: |_, _, r| {
-            r.last_upstream_at
+        value: |t| {
+            t.reflector
+                .last_upstream_at
                 .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |since| since.as_secs())
         },
@@ -125,79 +138,79 @@ const FAMILIES: &[Family] = &[
         name: "kube_fanout_events",
         help: "Events published to subscribers (changes, relist differences, bookmarks).",
         kind: MetricType::Counter,
-        value: |_, s, _| s.head.seq,
+        value: |t| t.store.head.seq,
     },
     Family {
         name: "kube_fanout_event_bytes",
         help: "Bytes of object JSON published to subscribers.",
         kind: MetricType::Counter,
-        value: |_, s, _| s.head.bytes,
+        value: |t| t.store.head.bytes,
     },
     Family {
         name: "kube_fanout_deliveries",
         help: "Events handed to Watch streams to send, one per subscriber an event reaches (changes, snapshot objects, bookmarks); over kube_fanout_events, deliveries per event.",
         kind: MetricType::Counter,
-        value: |served, _, _| served.deliveries().events,
+        value: |t| t.deliveries.events,
     },
     Family {
         name: "kube_fanout_delivered_bytes",
         help: "Bytes of the encoded WatchEvents handed to Watch streams to send, per subscriber (before gRPC framing and compression).",
         kind: MetricType::Counter,
-        value: |served, _, _| served.deliveries().bytes,
+        value: |t| t.deliveries.bytes,
     },
     Family {
         name: "kube_fanout_subscriber_lag_events",
         help: "The most ring events one live Watch stream has yet to read, counted from its start (0 while every stream has read what it was offered). Its cut-off at kube_fanout_max_lag_events counts only what its filter lets through, at most this.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.store.behind().events,
+        value: |t| t.behind.events,
     },
     Family {
         name: "kube_fanout_subscriber_lag_bytes",
         help: "The most bytes of object JSON one live Watch stream has yet to read, counted from its start; its cut-off is at kube_fanout_max_lag_bytes.",
         kind: MetricType::Gauge,
-        value: |served, _, _| served.store.behind().bytes,
+        value: |t| t.behind.bytes,
     },
     Family {
         name: "kube_fanout_relists",
         help: "Relists that replaced the cache after its first sync.",
         kind: MetricType::Counter,
-        value: |_, s, _| s.relists,
+        value: |t| t.store.relists,
     },
     Family {
         name: "kube_fanout_resync_gaps",
         help: "Re-sync gaps inside the event history: resumes from RVs inside them are Expired.",
         kind: MetricType::Gauge,
-        value: |_, s, _| s.gaps.len() as u64,
+        value: |t| t.store.gaps.len() as u64,
     },
     Family {
         name: "kube_fanout_history_bytes",
         help: "Bytes of object JSON the event history holds (bounded by --history-bytes).",
         kind: MetricType::Gauge,
-        value: |_, s, _| s.history_bytes,
+        value: |t| t.store.history_bytes,
     },
     Family {
         name: "kube_fanout_reflector_lists",
         help: "LISTs the reflector completed.",
         kind: MetricType::Counter,
-        value: |_, _, r| r.lists,
+        value: |t| t.reflector.lists,
     },
     Family {
         name: "kube_fanout_reflector_watch_lists",
         help: "Watch-list syncs the reflector completed.",
         kind: MetricType::Counter,
-        value: |_, _, r| r.watch_lists,
+        value: |t| t.reflector.watch_lists,
     },
     Family {
         name: "kube_fanout_reflector_watches",
         help: "WATCH requests the reflector opened.",
         kind: MetricType::Counter,
-        value: |_, _, r| r.watches,
+        value: |t| t.reflector.watches,
     },
     Family {
         name: "kube_fanout_reflector_failures",
         help: "Reflector failures that led to a backoff.",
         kind: MetricType::Counter,
-        value: |_, _, r| r.failures,
+        value: |t| t.reflector.failures,
     },
 ];
 
@@ -208,12 +221,15 @@ impl Collector for CacheCollector {
             .iter()
             .map(|served| {
                 let labels = vec![("resource", served.resource().gvr.to_string())];
-                (
-                    served,
-                    labels,
-                    served.store.status(),
-                    served.reflector.lock().clone(),
-                )
+                let scraped = Scraped {
+                    subscribers: served.subscribers(""),
+                    store: served.store.status(),
+                    reflector: served.reflector.lock().clone(),
+                    dispatch: served.store.dispatch().status(),
+                    deliveries: served.deliveries(),
+                    behind: served.store.behind(),
+                };
+                (labels, scraped)
             })
             .collect();
         let mut errors = encoder.encode_descriptor(
@@ -235,8 +251,8 @@ impl Collector for CacheCollector {
         for family in FAMILIES {
             let mut metric =
                 encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
-            for (served, labels, store, reflector) in &states {
-                let value = (family.value)(served, store, reflector);
+            for (labels, scraped) in &states {
+                let value = (family.value)(scraped);
                 encode_value(family.kind, value, metric.encode_family(labels)?)?;
             }
         }
@@ -577,6 +593,7 @@ mod tests {
         filter::Filter,
         fixtures::{configmaps, object},
         object::ResourceVersion,
+        registry::Served,
         store::Store,
         subscription::WatchError,
     };
