@@ -12,8 +12,10 @@ import (
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -41,19 +43,93 @@ func setupPods(args []string) error {
 		return err
 	}
 	return openAll(*pods, 16, func(i int) error {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: podName(i)},
-			Spec: corev1.PodSpec{
-				NodeName:   nodeName(i),
-				Containers: []corev1.Container{{Name: "agent", Image: "registry.invalid/agent:1"}},
-			},
-		}
-		_, err := cs.CoreV1().Pods(*ns).Create(ctx, pod, metav1.CreateOptions{})
+		_, err := cs.CoreV1().Pods(*ns).Create(ctx, agentPod(i), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
 		return err
 	})
+}
+
+// agentPod is pod i as a node agent's DaemonSet makes it (a log or CNI
+// agent: labels, an owner, env from the downward API, probes, resources,
+// host mounts, tolerations), so that an event is as large as a real one:
+// about 4 KiB of JSON once the API server has defaulted it and added its
+// managedFields. No status is written: nothing runs the pods.
+func agentPod(i int) *corev1.Pod {
+	yes, no := true, false
+	hostPath := func(name, path string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+	}
+	fieldEnv := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	probe := func(path string, port int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port)}},
+			InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3,
+		}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: podName(i),
+			Labels: map[string]string{
+				"app.kubernetes.io/name": "node-agent", "app.kubernetes.io/instance": "node-agent",
+				"app.kubernetes.io/component": "agent", "controller-revision-hash": "7d9f8c6b5d",
+				"pod-template-generation": "3",
+			},
+			Annotations: map[string]string{
+				"checksum/config":                         "5f0c2d8e6b1a9f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e",
+				"prometheus.io/scrape":                    "true",
+				"prometheus.io/port":                      "9102",
+				"kubectl.kubernetes.io/default-container": "agent",
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "DaemonSet", Name: "node-agent",
+				UID: "3b0f6a52-9c1e-4d2b-8f7a-6e5d4c3b2a10", Controller: &yes, BlockOwnerDeletion: &yes,
+			}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:           nodeName(i),
+			ServiceAccountName: "node-agent",
+			Containers: []corev1.Container{{
+				Name:  "agent",
+				Image: "registry.invalid/node-agent/agent:v1.32.4@sha256:4f8c2e6b1a9d3f7e5c0b8a6d4f2e1c9b7a5d3f1e0c8b6a4d2f0e9c7b5a3d1f0e",
+				Args:  []string{"--config=/etc/agent/config.yaml", "--node-name=$(NODE_NAME)", "--log-level=info", "--metrics-addr=:9102"},
+				Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9102, Protocol: corev1.ProtocolTCP}},
+				Env: []corev1.EnvVar{
+					fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_NAME", "metadata.name"),
+					fieldEnv("POD_NAMESPACE", "metadata.namespace"), fieldEnv("HOST_IP", "status.hostIP"),
+					{Name: "GOMEMLIMIT", Value: "180MiB"},
+				},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("200Mi")},
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "config", MountPath: "/etc/agent", ReadOnly: true},
+					{Name: "varlog", MountPath: "/var/log", ReadOnly: true},
+					{Name: "containers", MountPath: "/var/lib/containers", ReadOnly: true},
+					{Name: "run", MountPath: "/run/agent"},
+				},
+				LivenessProbe:  probe("/healthz", 9102),
+				ReadinessProbe: probe("/readyz", 9102),
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_READ_SEARCH"}},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "node-agent"}}}},
+				hostPath("varlog", "/var/log"), hostPath("containers", "/var/lib/containers"), hostPath("run", "/run/agent"),
+			},
+			Tolerations: []corev1.Toleration{
+				{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+			},
+		},
+	}
 }
 
 // podWriter patches the stamp annotation of pod pod(k) for write k.
@@ -90,10 +166,11 @@ type nodesTarget struct {
 // one delivery per target) or to the spare pods no watcher watches ("off":
 // the same writes, nothing to deliver), and what each process spent in it.
 type nodesWindow struct {
-	On     bool                   `json:"on"`
-	Writes int                    `json:"writes"`
-	WallS  float64                `json:"wall_s"`
-	Procs  map[string]*procWindow `json:"procs"`
+	On        bool                   `json:"on"`
+	Placement placement              `json:"placement"`
+	Writes    int                    `json:"writes"`
+	WallS     float64                `json:"wall_s"`
+	Procs     map[string]*procWindow `json:"procs"`
 	// Perf is each process's samples in the window, with -perf-dir.
 	Perf map[string]*perfCounts `json:"perf,omitempty"`
 }
@@ -119,16 +196,27 @@ func nodes(args []string) (*nodesResult, error) {
 	drain := fs.Duration("drain", 60*time.Second, "how long deliveries may trail a window's last write")
 	perfDir := fs.String("perf-dir", "", "record each window of the API server with `perf record -g` into this directory, and count its samples on its watch path")
 	perfFreq := fs.Int("perf-freq", 999, "perf's sampling frequency, Hz")
+	perfProcess := fs.String("perf-process", "kube-apiserver", "the process -perf-dir records: kube-apiserver (its watch path is counted) or kube-fanout (to read its profile with perf report)")
+	placementList := fs.String("placements", "shared", "where the servers run, each round's windows once per placement: shared (every process on every CPU), isolated (kube-fanout alone on -fanout-cpu)")
+	fanoutCPU := fs.Int("fanout-cpu", 0, "kube-fanout's CPU in the isolated placement")
 	fs.Parse(args)
+	placements, err := parsePlacements(*placementList)
+	if err != nil {
+		return nil, err
+	}
 	var recorder *perfRecorder
 	if *perfDir != "" {
-		// Only the API server: kube-fanout's figure is its whole CPU on − off,
-		// which sampling it would only inflate.
-		pid, ok := servers.pids["kube-apiserver"]
+		// One process: the other's figure is its whole CPU on − off, which
+		// sampling it would only inflate.
+		pid, ok := servers.pids[*perfProcess]
 		if !ok {
-			return nil, fmt.Errorf("-perf-dir needs the pid of kube-apiserver in -pids")
+			return nil, fmt.Errorf("-perf-dir needs the pid of %s in -pids", *perfProcess)
 		}
-		recorder = &perfRecorder{dir: *perfDir, freq: *perfFreq, pids: processes{"kube-apiserver": pid}}
+		callGraph := "fp"
+		if *perfProcess == "kube-fanout" {
+			callGraph = "dwarf,16384"
+		}
+		recorder = &perfRecorder{dir: *perfDir, freq: *perfFreq, pids: processes{*perfProcess: pid}, callGraph: callGraph}
 	}
 	perWindow := int(*rate * *seconds)
 	n := *watchers
@@ -187,51 +275,78 @@ func nodes(args []string) (*nodesResult, error) {
 	windowStart.Store(time.Now().UnixNano())
 	var failed error
 	var recordings []*perfRun
+	// Each round runs its pair of windows once per placement, the
+	// placements in turn and their order reversed every other round, so
+	// that a drift cancels between placements as between on and off.
+	type slot struct {
+		placement placement
+		on        bool
+	}
+	var slots []slot
 	for r := range *rounds {
-		for _, isOn := range [2]bool{r%2 == 0, r%2 == 1} {
-			var recording *perfRun
-			if recorder != nil {
-				if recording, err = recorder.start(len(result.Windows), isOn); err != nil {
-					return nil, err
-				}
-			}
-			procs, err := processes(servers.pids).start()
-			if err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			w, base := off, offWrites
-			if isOn {
-				w, base = on, onWrites
-			}
-			if err := w.run(ctx, base, perWindow, *rate); err != nil {
-				return nil, fmt.Errorf("writer: %w", err)
-			}
-			if isOn {
-				onWrites += perWindow
-				// The window ends once every delivery it owes has arrived.
-				if err := waitFor(*drain, complete, &streamErr); err != nil {
-					failed = fmt.Errorf("window %d: %w", len(result.Windows), err)
-				}
-			} else {
-				offWrites += perWindow
-			}
-			wall := time.Since(start)
-			if err := processes(servers.pids).end(procs); err != nil {
-				return nil, err
-			}
-			window := &nodesWindow{On: isOn, Writes: perWindow, WallS: wall.Seconds(), Procs: procs}
-			if recording != nil {
-				recording.stop()
-				recordings = append(recordings, recording)
-			}
-			result.Windows = append(result.Windows, window)
-			if failed != nil {
-				break
+		order := placements
+		if r%2 == 1 {
+			order = reversed(placements)
+		}
+		for _, p := range order {
+			for _, isOn := range [2]bool{r%2 == 0, r%2 == 1} {
+				slots = append(slots, slot{p, isOn})
 			}
 		}
+	}
+	var placed placement
+	for _, sl := range slots {
+		if sl.placement != placed {
+			if err := sl.placement.apply(processes(servers.pids), *fanoutCPU); err != nil {
+				return nil, err
+			}
+			placed = sl.placement
+		}
+		var recording *perfRun
+		if recorder != nil {
+			if recording, err = recorder.start(len(result.Windows), sl.on); err != nil {
+				return nil, err
+			}
+		}
+		procs, err := processes(servers.pids).start()
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		w, base := off, offWrites
+		if sl.on {
+			w, base = on, onWrites
+		}
+		if err := w.run(ctx, base, perWindow, *rate); err != nil {
+			return nil, fmt.Errorf("writer: %w", err)
+		}
+		if sl.on {
+			onWrites += perWindow
+			// The window ends once every delivery it owes has arrived.
+			if err := waitFor(*drain, complete, &streamErr); err != nil {
+				failed = fmt.Errorf("window %d: %w", len(result.Windows), err)
+			}
+		} else {
+			offWrites += perWindow
+		}
+		wall := time.Since(start)
+		if err := processes(servers.pids).end(procs); err != nil {
+			return nil, err
+		}
+		window := &nodesWindow{On: sl.on, Placement: placed, Writes: perWindow, WallS: wall.Seconds(), Procs: procs}
+		if recording != nil {
+			recording.stop()
+			recordings = append(recordings, recording)
+		}
+		result.Windows = append(result.Windows, window)
 		if failed != nil {
 			break
+		}
+	}
+	if placed != shared {
+		// Back on every CPU for whatever runs next.
+		if err := shared.apply(processes(servers.pids), *fanoutCPU); err != nil {
+			return nil, err
 		}
 	}
 	// The recordings are read once every window is over, so that perf's
@@ -355,6 +470,15 @@ func readNodeWatchers(ctx context.Context, target string, streams []events, wind
 		})
 	}
 	return states
+}
+
+// reversed is ps in the opposite order.
+func reversed(ps []placement) []placement {
+	out := make([]placement, len(ps))
+	for i, p := range ps {
+		out[len(ps)-1-i] = p
+	}
+	return out
 }
 
 func boolInt(b bool) int {

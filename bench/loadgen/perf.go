@@ -64,6 +64,9 @@ type perfRecorder struct {
 	dir  string
 	freq int
 	pids processes
+	// callGraph is perf's unwinding: "fp" (frame pointers, which Go keeps)
+	// or "dwarf" (for a Rust release build, which keeps none).
+	callGraph string
 }
 
 // perfRun is one window's recordings, by process name.
@@ -82,7 +85,7 @@ func (r *perfRecorder) start(i int, on bool) (*perfRun, error) {
 	}
 	for name, pid := range r.pids {
 		file := filepath.Join(r.dir, fmt.Sprintf("window-%02d-%s-%s.data", i, kind, name))
-		cmd := exec.Command("perf", "record", "-q", "-g", "-F", strconv.Itoa(r.freq), "-p", strconv.Itoa(pid), "-o", file)
+		cmd := exec.Command("perf", "record", "-q", "--call-graph", r.callGraph, "-F", strconv.Itoa(r.freq), "-p", strconv.Itoa(pid), "-o", file)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			run.stop()

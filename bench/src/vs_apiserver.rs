@@ -100,6 +100,26 @@ pub struct Args {
     /// is built with the symbol tables perf names its functions by.
     #[arg(long)]
     nodes_perf: Option<PathBuf>,
+    /// The process `--nodes-perf` records: `kube-apiserver` (its watch
+    /// path counted) or `kube-fanout` (its profile to read with `perf
+    /// report`; the samples' own cost is in its CPU figures then).
+    #[arg(long, default_value = "kube-apiserver")]
+    nodes_perf_process: String,
+    /// Where the servers run in the nodes case, each round's windows once
+    /// per placement: `shared` (every process on every CPU) and
+    /// `isolated` (kube-fanout alone on `--fanout-cpu`; the API server,
+    /// etcd and the load generator on the other CPUs).
+    #[arg(long, value_delimiter = ',', default_values_t = ["shared".to_string()])]
+    nodes_placements: Vec<String>,
+    /// The servers whose watchers the nodes case opens: `apiserver-proto`
+    /// and `fanout`. Without the API server's own watchers (`fanout`
+    /// alone) its CPU goes to the writes only, which leaves room on its
+    /// CPUs when kube-fanout is isolated.
+    #[arg(long, value_delimiter = ',', default_values_t = ["apiserver-proto".to_string(), "fanout".to_string()])]
+    nodes_targets: Vec<String>,
+    /// kube-fanout's CPU in the isolated placement.
+    #[arg(long, default_value_t = 0)]
+    fanout_cpu: usize,
     /// kube-fanout binaries to measure instead of this tree's release
     /// build. With several (comma-separated), the idle case measures each
     /// in turn, side by side in one table; the other cases use the first.
@@ -606,14 +626,21 @@ impl Bench {
         let static_window = self.args.fanout_static_window;
         let mut perf = Vec::new();
         if let Some(dir) = &self.args.nodes_perf {
-            if std::env::var("KUBE_FANOUT_CONTROLPLANE_SYMBOLS").as_deref() != Ok("1") {
+            if self.args.nodes_perf_process == "kube-apiserver"
+                && std::env::var("KUBE_FANOUT_CONTROLPLANE_SYMBOLS").as_deref() != Ok("1")
+            {
                 bail!(
                     "--nodes-perf needs KUBE_FANOUT_CONTROLPLANE_SYMBOLS=1: perf names the API server's functions only in a build that keeps its symbols"
                 );
             }
             let dir = dir.join(format!("{watchers}x{connections}"));
             std::fs::create_dir_all(&dir)?;
-            perf = vec!["-perf-dir".into(), dir.display().to_string()];
+            perf = vec![
+                "-perf-dir".into(),
+                dir.display().to_string(),
+                "-perf-process".into(),
+                self.args.nodes_perf_process.clone(),
+            ];
         }
         let result = self
             .loadgen(
@@ -623,7 +650,7 @@ impl Bench {
                     vec![
                         format!("-fanout-static-window={static_window}"),
                         "-targets".into(),
-                        "apiserver-proto,fanout".into(),
+                        self.args.nodes_targets.join(","),
                         "-watchers".into(),
                         watchers.to_string(),
                         "-connections".into(),
@@ -636,6 +663,10 @@ impl Bench {
                         self.args.seconds.to_string(),
                         "-rounds".into(),
                         self.args.nodes_rounds.to_string(),
+                        "-placements".into(),
+                        self.args.nodes_placements.join(","),
+                        "-fanout-cpu".into(),
+                        self.args.fanout_cpu.to_string(),
                     ],
                 ]
                 .concat(),
@@ -1080,24 +1111,32 @@ struct WindowCpu {
 }
 
 impl WindowCpu {
-    /// `process`'s CPU time in each window (from `/proc`).
-    fn of(result: &Value, process: &str) -> Self {
-        Self::measured(result, |window| cpu(window, process))
+    /// `process`'s CPU time in each window of `placement` (from `/proc`).
+    fn of(result: &Value, process: &str, placement: &str) -> Self {
+        Self::measured(result, placement, |window| cpu(window, process))
     }
 
     /// `process`'s CPU time in each window as perf sampled it: the samples
     /// with `count` ("samples": all, "watch_path": on the API server's
     /// watch path), over the sampling frequency.
-    fn sampled(result: &Value, process: &str, count: &str) -> Self {
-        Self::measured(result, |window| {
+    fn sampled(result: &Value, process: &str, count: &str, placement: &str) -> Self {
+        Self::measured(result, placement, |window| {
             let perf = &window["perf"][process];
             perf[count].as_f64().unwrap_or(f64::NAN) / perf["freq"].as_f64().unwrap_or(f64::NAN)
         })
     }
 
-    /// Seconds of CPU per window as `seconds` reads them from a window.
-    fn measured(result: &Value, seconds: impl Fn(&Value) -> f64) -> Self {
-        let windows = result["windows"].as_array().cloned().unwrap_or_default();
+    /// Seconds of CPU per window of `placement` as `seconds` reads them
+    /// from a window. (Each placement's on and off windows of a round run
+    /// one after the other, so its windows pair up as a round's.)
+    fn measured(result: &Value, placement: &str, seconds: impl Fn(&Value) -> f64) -> Self {
+        let windows: Vec<Value> = result["windows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| placement_of(w) == placement)
+            .cloned()
+            .collect();
         let writes = windows
             .first()
             .and_then(|w| w["writes"].as_f64())
@@ -1122,6 +1161,12 @@ impl WindowCpu {
 
     fn off(&self) -> f64 {
         self.rounds.iter().map(|r| r.1).sum()
+    }
+
+    /// All the CPU of the on windows, over their writes (one delivery
+    /// each): what one lone event costs, reading it and delivering it.
+    fn per_write(&self) -> f64 {
+        self.on() / (self.writes * self.rounds.len() as f64) * 1e6
     }
 
     /// CPU per delivery: the on windows less the off windows, over the on
@@ -1156,6 +1201,25 @@ impl WindowCpu {
     }
 }
 
+/// Where a window's servers ran (see the load generator's `placement.go`);
+/// windows of a load generator that did not place them ran shared.
+fn placement_of(window: &Value) -> &str {
+    window["placement"].as_str().unwrap_or("shared")
+}
+
+/// The placements a result's windows ran in: isolated first.
+fn placements(result: &Value) -> Vec<&str> {
+    let mut found: Vec<&str> = result["windows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(placement_of)
+        .collect();
+    found.sort_by_key(|p| (*p != "isolated", p.to_string()));
+    found.dedup();
+    found
+}
+
 /// The median of sorted `xs` (NaN if empty).
 fn median(xs: &[f64]) -> f64 {
     match xs.len() {
@@ -1166,32 +1230,63 @@ fn median(xs: &[f64]) -> f64 {
 }
 
 /// The nodes case laid out: each server's CPU per delivery (on windows
-/// less off windows), each round's, latency, open time and memory.
+/// less off windows), each round's, latency, open time and memory; a pair
+/// of columns per placement (isolated, shared) the windows ran in.
 fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2]) -> String {
-    let columns = [
-        ("apiserver-proto", "kube-apiserver"),
-        ("fanout", "kube-fanout"),
+    let servers = [
+        (
+            "apiserver-proto",
+            "kube-apiserver",
+            "kube-apiserver (protobuf)",
+        ),
+        ("fanout", "kube-fanout", "kube-fanout (TLS)"),
     ];
-    let cpus = columns.map(|(_, process)| WindowCpu::of(result, process));
-    let targets = columns.map(|(target, _)| &result["targets"][target]);
-    let row = |label: &str, cell: &dyn Fn(&Value, &WindowCpu, &str) -> String| {
-        let cells: Vec<String> = (0..columns.len())
-            .map(|i| cell(targets[i], &cpus[i], columns[i].1))
+    let placements = placements(result);
+    // The servers whose watchers were open, each with a column per placement.
+    let servers: Vec<_> = servers
+        .into_iter()
+        .filter(|(target, _, _)| result["targets"][target].is_object())
+        .collect();
+    let columns: Vec<(&str, &str, &str, &str)> = placements
+        .iter()
+        .flat_map(|&placement| {
+            servers
+                .iter()
+                .map(move |&(target, process, title)| (target, process, title, placement))
+        })
+        .collect();
+    let cpus: Vec<WindowCpu> = columns
+        .iter()
+        .map(|&(_, process, _, placement)| WindowCpu::of(result, process, placement))
+        .collect();
+    let row = |label: &str, cell: &dyn Fn(&Value, &WindowCpu, &str, &str) -> String| {
+        let cells: Vec<String> = columns
+            .iter()
+            .zip(&cpus)
+            .map(|(&(target, process, _, placement), cpu)| {
+                cell(&result["targets"][target], cpu, process, placement)
+            })
             .collect();
         format!("| {label} | {} |\n", cells.join(" | "))
     };
-    let writes = cpus[0].writes;
+    let writes = cpus.first().map_or(f64::NAN, |c| c.writes);
+    let header: Vec<String> = columns
+        .iter()
+        .map(|&(_, _, title, placement)| format!("{title}, {placement}"))
+        .collect();
     let mut out = format!(
         "\n### {} node watchers per server over {} connections each, both servers' watchers open side by side\n\n\
          {} rounds, each a window of {} writes to the watched pods (on: one delivery per server each) \
-         and one of {} writes to pods no watcher watches (off), {} writes/s, alternating on-off, off-on. \
+         and one of {} writes to pods no watcher watches (off) in each placement ({}), {} writes/s, \
+         alternating on-off, off-on. \
          kube-fanout's watchers: grpc-go with {}. Load average (1 / 5 / 15 min) before: {}, after: {}.\n\n\
-         | | kube-apiserver (protobuf) | kube-fanout (TLS) |\n|---|---|---|\n",
+         | | {} |\n|---|{}\n",
         result["watchers"],
         result["connections"],
-        cpus[0].rounds.len(),
+        cpus.first().map_or(0, |c| c.rounds.len()),
         writes,
         writes,
+        placements.join(", "),
         rate,
         if static_window {
             "fixed 4 MiB stream windows (no BDP pings)"
@@ -1200,20 +1295,25 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
         },
         load[0],
         load[1],
+        header.join(" | "),
+        "---|".repeat(columns.len()),
     );
     if let Some(error) = result["error"].as_str() {
-        out += &format!("| **incomplete** | {error} | |\n");
+        out += &format!(
+            "| **incomplete** | {error} |{}\n",
+            " |".repeat(columns.len() - 1)
+        );
     }
     out += &row(
-        "deliveries (all checked, each to its node's watcher; none of the off writes)",
-        &|t, _, _| format!("{} of {}", t["delivered"], t["expected"]),
+        "deliveries, all windows (all checked, each to its node's watcher; none of the off writes)",
+        &|t, _, _, _| format!("{} of {}", t["delivered"], t["expected"]),
     );
-    out += &row("server CPU: on windows / off windows", &|_, c, _| {
+    out += &row("server CPU: on windows / off windows", &|_, c, _, _| {
         format!("{} s / {} s", down(c.on(), 2), down(c.off(), 2))
     });
     out += &row(
         "**server CPU per delivery** (on − off) / deliveries",
-        &|_, c, _| {
+        &|_, c, _, _| {
             format!(
                 "**{} µs** (± {} µs standard error)",
                 down(c.per_delivery(), 1),
@@ -1223,19 +1323,19 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
     );
     out += &row(
         "each round's (on − off) per delivery, sorted: median",
-        &|_, c, _| {
+        &|_, c, _, _| {
             let deltas: Vec<String> = c.round_deltas().iter().map(|d| down(*d, 1)).collect();
             format!("{}: {} µs", deltas.join(", "), down(c.median_delta(), 1))
         },
     );
-    // Only the processes the load generator recorded have a `perf` entry.
+    // Only the process the load generator recorded has a `perf` entry.
     let perf = &result["windows"][0]["perf"];
     let sampled = |count: &'static str| {
-        move |_: &Value, _: &WindowCpu, process: &str| {
+        move |_: &Value, _: &WindowCpu, process: &str, placement: &str| {
             if !perf[process].is_object() {
                 return "(not sampled: its whole CPU is above)".to_string();
             }
-            let c = WindowCpu::sampled(result, process, count);
+            let c = WindowCpu::sampled(result, process, count, placement);
             format!(
                 "{} µs (± {} µs standard error); rounds' median {} µs",
                 down(c.per_delivery(), 1),
@@ -1252,22 +1352,33 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
             &format!("perf's samples ({freq} a CPU-second), all: (on − off) / deliveries"),
             &sampled("samples"),
         );
-        out += &row(
-            "**perf's samples on the watch path** (the watch handler, the watch cache's watchers and dispatch, the HTTP/2 connections outside request handlers): (on − off) / deliveries",
-            &sampled("watch_path"),
-        );
+        if perf["kube-apiserver"].is_object() {
+            out += &row(
+                "**perf's samples on the watch path** (the watch handler, the watch cache's watchers and dispatch, the HTTP/2 connections outside request handlers): (on − off) / deliveries",
+                &sampled("watch_path"),
+            );
+        }
     }
-    out += &row("all its CPU in the on windows, per write", &|_, c, _| {
-        format!(
-            "{} µs",
-            down(c.on() / (c.writes * c.rounds.len() as f64) * 1e6, 1)
-        )
+    out += &row(
+        "**all its CPU in the on windows, per write** (one delivery each)",
+        &|_, c, _, _| format!("**{} µs**", down(c.per_write(), 1)),
+    );
+    out += &row(
+        "all its CPU in the off windows, per write (no delivery)",
+        &|_, c, _, _| {
+            format!(
+                "{} µs",
+                down(c.off() / (c.writes * c.rounds.len() as f64) * 1e6, 1)
+            )
+        },
+    );
+    out += &row("latency p50 / p99 / max, all windows", &|t, _, _, _| {
+        latency(t)
     });
-    out += &row("latency p50 / p99 / max", &|t, _, _| latency(t));
-    out += &row("time to open the watches (32 at a time)", &|t, _, _| {
+    out += &row("time to open the watches (32 at a time)", &|t, _, _, _| {
         format!("{} s", down(t["open_s"].as_f64().unwrap_or(0.0), 1))
     });
-    out += &row("server RSS at the end", &|_, _, process| {
+    out += &row("server RSS at the end", &|_, _, process, _| {
         let last = result["windows"]
             .as_array()
             .and_then(|w| w.last())
@@ -1275,12 +1386,28 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
             .unwrap_or_default();
         mib(&last["procs"][process]["rss_end"])
     });
-    let [api, fanout] = &cpus;
-    out += &format!(
-        "\nkube-apiserver / kube-fanout per delivery: {} (all rounds), {} (the rounds' medians).\n",
-        down(api.per_delivery() / fanout.per_delivery(), 2),
-        down(api.median_delta() / fanout.median_delta(), 2),
-    );
+    out.push('\n');
+    for (placement, pair) in placements.iter().zip(cpus.chunks_exact(servers.len())) {
+        let [api, fanout] = pair else { continue };
+        out += &format!(
+            "{placement}: kube-apiserver / kube-fanout per delivery: {} (all rounds), {} (the rounds' medians).\n",
+            down(api.per_delivery() / fanout.per_delivery(), 2),
+            down(api.median_delta() / fanout.median_delta(), 2),
+        );
+    }
+    if let (Some(i), Some(s)) = (
+        placements.iter().position(|p| *p == "isolated"),
+        placements.iter().position(|p| *p == "shared"),
+    ) {
+        // kube-fanout is the last server of each placement's columns.
+        let n = servers.len();
+        let (isolated, shared) = (&cpus[n * i + n - 1], &cpus[n * s + n - 1]);
+        out += &format!(
+            "kube-fanout per write, shared / isolated: {} in the on windows, {} in the off windows.\n",
+            down(shared.per_write() / isolated.per_write(), 2),
+            down(shared.off() / isolated.off(), 2),
+        );
+    }
     out
 }
 
@@ -1340,9 +1467,9 @@ mod tests {
             sampled(true, 9000, 600), sampled(false, 7000, 500),
             sampled(false, 8000, 400), sampled(true, 9000, 700),
         ]});
-        let all = WindowCpu::sampled(&result, "server", "samples");
+        let all = WindowCpu::sampled(&result, "server", "samples", "shared");
         assert!(close(all.per_delivery(), 1500.0), "{}", all.per_delivery());
-        let path = WindowCpu::sampled(&result, "server", "watch_path");
+        let path = WindowCpu::sampled(&result, "server", "watch_path", "shared");
         assert!(close(path.per_delivery(), 200.0), "{}", path.per_delivery());
         assert_eq!(path.round_deltas().len(), 2);
         assert!(close(path.round_deltas()[0], 100.0) && close(path.round_deltas()[1], 300.0));
@@ -1357,7 +1484,8 @@ mod tests {
                 "kube-apiserver": {"cpu_s": 1.0}, "kube-fanout": {"cpu_s": 1.0}},
                 "perf": {"kube-apiserver": {"freq": 499, "samples": samples, "watch_path": samples}}})
         };
-        let result = json!({"watchers": 5, "connections": 5, "windows": [
+        let result = json!({"watchers": 5, "connections": 5,
+            "targets": {"apiserver-proto": {}, "fanout": {}}, "windows": [
             window(true, 998), window(false, 499),
         ]});
         let table = nodes_table(&result, 100.0, true, &["0".into(), "0".into()]);
@@ -1383,7 +1511,7 @@ mod tests {
             window(false, 2.0), window(true, 2.1),
             window(true, 1.5), window(false, 1.0),
         ]});
-        let cpu = WindowCpu::of(&result, "server");
+        let cpu = WindowCpu::of(&result, "server", "shared");
         let deltas = cpu.round_deltas();
         assert!(
             deltas.len() == 3 && close(deltas[0], 100.0) && close(deltas[1], 300.0),
@@ -1398,6 +1526,65 @@ mod tests {
             close(cpu.std_error(), 200.0 / 3f64.sqrt()),
             "{}",
             cpu.std_error()
+        );
+    }
+
+    /// Each placement's windows pair up among themselves, whatever lies
+    /// between them, and the table compares kube-fanout's cost per write
+    /// across placements.
+    #[test]
+    fn each_placements_windows_are_paired_and_compared_apart() {
+        let placed = |placement: &str, on: bool, api: f64, fanout: f64| {
+            json!({"on": on, "writes": 1000, "placement": placement, "procs": {
+                "kube-apiserver": {"cpu_s": api}, "kube-fanout": {"cpu_s": fanout}}})
+        };
+        // Isolated: kube-fanout 0.2 s on, 0.1 s off; shared: 0.5 and 0.3.
+        let result = json!({"watchers": 5, "connections": 5,
+            "targets": {"apiserver-proto": {}, "fanout": {}}, "windows": [
+            placed("isolated", true, 4.0, 0.2), placed("isolated", false, 3.9, 0.1),
+            placed("shared", true, 4.1, 0.5), placed("shared", false, 4.0, 0.3),
+            placed("shared", false, 4.0, 0.3), placed("shared", true, 4.1, 0.5),
+            placed("isolated", false, 3.9, 0.1), placed("isolated", true, 4.0, 0.2),
+        ]});
+        assert_eq!(placements(&result), ["isolated", "shared"]);
+        let isolated = WindowCpu::of(&result, "kube-fanout", "isolated");
+        assert_eq!(isolated.rounds.len(), 2);
+        assert!(
+            close(isolated.per_delivery(), 100.0),
+            "{}",
+            isolated.per_delivery()
+        );
+        assert!(
+            close(isolated.per_write(), 200.0),
+            "{}",
+            isolated.per_write()
+        );
+        let shared = WindowCpu::of(&result, "kube-fanout", "shared");
+        assert!(
+            close(shared.per_delivery(), 200.0),
+            "{}",
+            shared.per_delivery()
+        );
+        let table = nodes_table(&result, 100.0, true, &["0".into(), "0".into()]);
+        assert!(
+            table.contains("| | kube-apiserver (protobuf), isolated | kube-fanout (TLS), isolated | kube-apiserver (protobuf), shared | kube-fanout (TLS), shared |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("shared / isolated: 2.50 in the on windows, 3.00 in the off windows"),
+            "{table}"
+        );
+        // kube-fanout's watchers alone: its columns only, compared alike.
+        let mut alone = result.clone();
+        alone["targets"] = json!({"fanout": {}});
+        let table = nodes_table(&alone, 100.0, true, &["0".into(), "0".into()]);
+        assert!(
+            table.contains("| | kube-fanout (TLS), isolated | kube-fanout (TLS), shared |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("shared / isolated: 2.50 in the on windows, 3.00 in the off windows"),
+            "{table}"
         );
     }
 
