@@ -22,7 +22,7 @@
 
 use serde_json::Value;
 
-use crate::quote::quote;
+use crate::{quote::quote, sparse::Wanted};
 
 /// Where a selector's field label takes its value from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +134,19 @@ enum Kind {
 /// The field selectors one resource type supports. The default supports
 /// `metadata.name` and `metadata.namespace`, as the API server does for a
 /// kind without a field label conversion.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SelectableFields(Kind);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectableFields {
+    kind: Kind,
+    /// What an object's JSON is read for: every path [`Self::values`]
+    /// reads, and the metadata the cache keeps.
+    wanted: Wanted,
+}
+
+impl Default for SelectableFields {
+    fn default() -> Self {
+        SelectableFields::of(Kind::Metadata)
+    }
+}
 
 /// A custom resource's `selectableFields` entry kube-fanout cannot read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -163,7 +174,7 @@ impl SelectableFields {
             ("resource.k8s.io/v1", "ResourceSlice") => Builtin::ResourceSlice,
             _ => return None,
         };
-        Some(SelectableFields(Kind::Builtin(builtin)))
+        Some(SelectableFields::of(Kind::Builtin(builtin)))
     }
 
     /// A custom resource's fields: `metadata.name`, `metadata.namespace`
@@ -179,13 +190,42 @@ impl SelectableFields {
                 })
             })
             .collect::<Result<_, _>>()?;
-        Ok(SelectableFields(Kind::Custom { namespaced, fields }))
+        Ok(SelectableFields::of(Kind::Custom { namespaced, fields }))
+    }
+
+    fn of(kind: Kind) -> Self {
+        let paths: Vec<Vec<&str>> = match &kind {
+            Kind::Metadata => Vec::new(),
+            Kind::Builtin(b) => {
+                let table = b.table();
+                table
+                    .fields
+                    .iter()
+                    .flat_map(|(_, read)| match read {
+                        Read::Str(paths) => paths.to_vec(),
+                        Read::Bool(path) | Read::Int(path) => vec![*path],
+                    })
+                    .map(|path| table.renamed(path).collect())
+                    .collect()
+            }
+            Kind::Custom { fields, .. } => fields
+                .iter()
+                .map(|f| f.path.iter().map(String::as_str).collect())
+                .collect(),
+        };
+        let wanted = Wanted::with(paths.iter().map(Vec::as_slice));
+        SelectableFields { kind, wanted }
+    }
+
+    /// What an object's JSON is read for (see [`crate::sparse`]).
+    pub(crate) fn wanted(&self) -> &Wanted {
+        &self.wanted
     }
 
     /// The type's own fields, in the order [`values`](Self::values) gives
     /// their values.
     pub fn fields(&self) -> Vec<&str> {
-        match &self.0 {
+        match &self.kind {
             Kind::Metadata => Vec::new(),
             Kind::Builtin(b) => b.table().fields.iter().map(|(name, _)| *name).collect(),
             Kind::Custom { fields, .. } => fields.iter().map(|f| f.label.as_str()).collect(),
@@ -205,7 +245,7 @@ impl SelectableFields {
 
     /// Every label a field selector may name for this type.
     pub fn labels(&self) -> Vec<&str> {
-        match &self.0 {
+        match &self.kind {
             Kind::Metadata => vec!["metadata.name", "metadata.namespace"],
             Kind::Builtin(b) => b.table().accepted.iter().map(|(l, _)| *l).collect(),
             Kind::Custom { namespaced, fields } => ["metadata.name"]
@@ -219,7 +259,7 @@ impl SelectableFields {
     /// What `label` selects on, or why the API server would refuse it: its
     /// own words, then the labels this type supports.
     pub(crate) fn resolve(&self, label: &str) -> Result<Source, String> {
-        let found = match &self.0 {
+        let found = match &self.kind {
             Kind::Metadata => match label {
                 "metadata.name" => Some(Source::Name),
                 "metadata.namespace" => Some(Source::Namespace),
@@ -254,7 +294,7 @@ impl SelectableFields {
             },
         };
         found.ok_or_else(|| {
-            let refusal = match &self.0 {
+            let refusal = match &self.kind {
                 Kind::Metadata => Refusal::Default,
                 Kind::Builtin(b) => b.table().refusal,
                 Kind::Custom { .. } => Refusal::Plain,
@@ -279,7 +319,7 @@ impl SelectableFields {
     /// The values of the type's own fields for `object` (its JSON as the
     /// API server sent it), in the order of [`fields`](Self::fields).
     pub fn values(&self, object: &Value) -> Box<[String]> {
-        match &self.0 {
+        match &self.kind {
             Kind::Metadata => Box::default(),
             Kind::Builtin(b) => {
                 let table = b.table();
@@ -306,19 +346,19 @@ fn at<S: AsRef<str>>(object: &Value, path: impl IntoIterator<Item = S>) -> Optio
 }
 
 impl Table {
+    /// `path` in the served version's names.
+    fn renamed<'a>(&self, path: &'a [&'a str]) -> impl Iterator<Item = &'a str> {
+        let first = self
+            .renames
+            .iter()
+            .find(|(from, _)| path.first() == Some(from))
+            .map_or(path[0], |(_, to)| to);
+        std::iter::once(first).chain(path[1..].iter().copied())
+    }
+
     /// The value `read` gives for `object`.
     fn read(&self, read: Read, object: &Value) -> String {
-        let at = |path: &[&str]| {
-            let first = self
-                .renames
-                .iter()
-                .find(|(from, _)| path.first() == Some(from))
-                .map_or(path[0], |(_, to)| to);
-            at(
-                object,
-                std::iter::once(first).chain(path[1..].iter().copied()),
-            )
-        };
+        let at = |path: &[&str]| at(object, self.renamed(path));
         match read {
             Read::Str(paths) => paths
                 .iter()

@@ -32,5 +32,6 @@ pub mod reflector_status;
 pub mod registry;
 pub mod resource;
 pub mod served;
+mod sparse;
 pub mod store;
 pub mod subscription;

@@ -12,7 +12,10 @@ use std::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::fields::{SelectableFields, Source};
+use crate::{
+    fields::{SelectableFields, Source},
+    sparse,
+};
 
 /// A Kubernetes resourceVersion.
 ///
@@ -143,10 +146,8 @@ pub struct Object {
     pub fields: Box<[String]>,
     /// The object's JSON after the transform.
     pub json: Arc<str>,
-    /// A 64-bit [`digest`] of the object's JSON in one canonical form (as
-    /// serde_json writes the parsed value: keys sorted, no spaces), so it
-    /// is the same for the same state whatever key order the API server
-    /// sent it in, and comparing two states need not read either text.
+    /// A 64-bit [`digest`] of [`Self::json`], so that comparing two
+    /// states whose texts are equal reads neither text.
     pub digest: u64,
     /// Its `PartialObjectMetadata`, made when a metadata subscriber first
     /// needs it (see [`crate::projection`]).
@@ -154,21 +155,24 @@ pub struct Object {
 }
 
 impl Object {
-    /// Whether `other` is the same state of the object. Watch events are
-    /// kept as the API server sent them and list items as they were
-    /// re-encoded, so equal objects can differ in key order: their JSON
-    /// values are compared, through the digests of their canonical form.
-    /// A different resourceVersion always means a different state, and is
-    /// checked first.
+    /// Whether `other` is the same state of the object: the same
+    /// resourceVersion (a different one always means a different state,
+    /// and is checked first) and the same JSON value.
     ///
-    /// A relist compares every unchanged object, so neither text is read:
-    /// reading both was half its time, and parsing both (when the key
-    /// orders differed) twenty times that. Two different states of one
-    /// object at one resourceVersion (possible only if etcd reused a
-    /// revision, as a restore without `--bump-revision` does) would also
+    /// Objects are kept as the API server sent them (a list item with
+    /// the apiVersion and kind its watch events carry put in front, as the
+    /// API server writes them), so one state is one text, and equal
+    /// digests answer without reading either: a relist compares every
+    /// unchanged object, and reading both texts was half its time. Texts
+    /// that differ at one resourceVersion (keys in another order, from an
+    /// API server that writes them so) are parsed and their values
+    /// compared, twenty times slower but still exact. Two different states
+    /// of one object at one resourceVersion (possible only if etcd reused
+    /// a revision, as a restore without `--bump-revision` does) would also
     /// have to collide in 64 bits.
     pub fn same_state(&self, other: &Object) -> bool {
-        self.resource_version == other.resource_version && self.digest == other.digest
+        self.resource_version == other.resource_version
+            && (self.digest == other.digest || same_value(&self.json, &other.json))
     }
 
     /// The object's value of a selectable field (resolved for its type by
@@ -195,18 +199,28 @@ impl Object {
         fields: &SelectableFields,
         transform: Transform,
     ) -> Result<Self, ObjectError> {
-        let mut value: Value = serde_json::from_str(raw)?;
-        let mut rewrite = false;
+        // Read for the parts kept; the text is kept as sent, less what the
+        // transform cuts out (see `crate::sparse`).
+        let sparse::Sparse {
+            value,
+            managed_fields,
+        } = sparse::read(raw, fields.wanted(), transform.strip_managed_fields)?;
+        if !value.is_object() {
+            return Err(ObjectError::UnexpectedType {
+                expected: type_meta.to_string(),
+                found: "? ?".to_owned(),
+            });
+        }
+        let mut edits = sparse::Edits::default();
+        // The API server writes kind before apiVersion: a list item filled
+        // in this way reads as its watch event does.
         for (field, expected) in [
-            ("apiVersion", &type_meta.api_version),
             ("kind", &type_meta.kind),
+            ("apiVersion", &type_meta.api_version),
         ] {
             match value.get(field).and_then(Value::as_str) {
                 Some(found) if found == expected => {}
-                None if value.is_object() => {
-                    value[field] = Value::String(expected.clone());
-                    rewrite = true;
-                }
+                None if value.get(field).is_none() => edits.prepend(field, expected),
                 _ => {
                     return Err(ObjectError::UnexpectedType {
                         expected: type_meta.to_string(),
@@ -233,20 +247,24 @@ impl Object {
             .unwrap_or_default()
             .parse()?;
         let fields = fields.values(&value);
-        if transform.strip_managed_fields
-            && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
-        {
-            rewrite |= m.remove("managedFields").is_some();
-        }
-        // Re-encoded, the text is the canonical form; kept as sent, the
-        // canonical form is made only for its digest.
-        let canonical = serde_json::to_string(&value)?;
-        let digest = digest(&canonical);
-        let json: Arc<str> = if rewrite {
-            canonical.into()
-        } else {
-            raw.into()
+        let json: Arc<str> = match managed_fields {
+            Some(range) if !edits.cut_member(raw, "managedFields", range.clone()) => {
+                // Its key written with escapes: the text cannot be cut, so
+                // the value is written out again without it (all of it read).
+                let mut whole: Value = serde_json::from_str(raw)?;
+                if let Some(m) = whole.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("managedFields");
+                }
+                let mut text = serde_json::to_string(&whole)?;
+                if !edits.is_empty() {
+                    text = edits.apply(&text);
+                }
+                text.into()
+            }
+            _ if edits.is_empty() => raw.into(),
+            _ => edits.apply(raw).into(),
         };
+        let digest = digest(&json);
         let namespace = meta.namespace.unwrap_or_default();
         Ok(Object {
             key: object_key(&namespace, &meta.name),
@@ -262,7 +280,18 @@ impl Object {
     }
 }
 
-/// The digest of a canonical text that [`Object::digest`] holds: foldhash
+/// Whether two texts hold the same JSON value (neither parses: false).
+fn same_value(a: &str, b: &str) -> bool {
+    match (
+        serde_json::from_str::<Value>(a),
+        serde_json::from_str::<Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The digest of a text that [`Object::digest`] holds: foldhash
 /// with a fixed seed, so it is the same for equal texts anywhere in the
 /// process (it is never kept or sent elsewhere), at several gigabytes a
 /// second.
@@ -330,8 +359,9 @@ mod tests {
             )
             .unwrap()
         };
+        // As the API server writes a watch event's object.
         let a = parse(
-            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"2"}}"#,
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"4","managedFields":[{"manager":"m"}]},"data":{"x":"1","y":"2"}}"#,
         );
         let reordered = parse(
             r#"{"data":{"y":"2","x":"1"},"metadata":{"resourceVersion":"4","name":"a"},"kind":"ConfigMap","apiVersion":"v1"}"#,
@@ -342,13 +372,17 @@ mod tests {
         let newer = parse(
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"5"},"data":{"x":"1","y":"2"}}"#,
         );
-        // A LIST's item: no apiVersion or kind, so filled in and re-encoded.
-        let listed =
-            parse(r#"{"metadata":{"name":"a","resourceVersion":"4"},"data":{"x":"1","y":"2"}}"#);
-        assert!(a.same_state(&reordered));
+        // A LIST's item: no apiVersion or kind, so filled in as the API
+        // server writes them: the same text, known by its digest.
+        let listed = parse(
+            r#"{"metadata":{"name":"a","resourceVersion":"4","managedFields":[{"manager":"m"}]},"data":{"x":"1","y":"2"}}"#,
+        );
+        assert_eq!(a.json, listed.json);
+        assert_eq!(a.digest, listed.digest);
         assert!(a.same_state(&listed));
-        assert_eq!(a.digest, reordered.digest, "one canonical form");
-        assert_ne!(a.json, reordered.json, "both kept as sent");
+        // Another key order: another text, the same value.
+        assert_ne!(a.digest, reordered.digest, "both kept as sent");
+        assert!(a.same_state(&reordered));
         assert!(!a.same_state(&changed));
         assert!(!a.same_state(&newer));
     }

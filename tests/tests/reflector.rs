@@ -441,3 +441,94 @@ async fn dropping_managed_fields_saves_memory() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// An object kept from a LIST's item (its apiVersion and kind filled in)
+/// is the same text as the same state kept from a watch event, so a
+/// relist knows it unchanged by its digest without reading either text
+/// (`Object::same_state`): a LIST item and a watch event's object are
+/// written alike by the API server, kind before apiVersion, and
+/// managedFields cut from both alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_listed_and_the_same_object_watched_are_one_text() -> anyhow::Result<()> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, "texts").await?;
+    let config = ReflectorConfig {
+        use_watch_list: false,
+        ..ReflectorConfig::default()
+    };
+    for resource in ["v1/configmaps", "v1/pods"] {
+        let resource_type = ResourceType::discover(&cp.client, &resource.parse()?).await?;
+        let store = |n| Arc::new(Store::new(resource_type.clone(), n));
+        // Watched: synced before the objects exist, so they arrive as events.
+        let watched = store(100_000);
+        let mut reflector = Reflector::new(cp.client.clone(), watched.clone(), config);
+        let State::Watch(rv) = reflector.step(State::List(SyncPoint::Start)).await else {
+            anyhow::bail!("the LIST did not sync");
+        };
+        let watching = tokio::spawn(async move { reflector.step(State::Watch(rv)).await });
+        // Written with server-side apply, so they carry managedFields.
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            cp.client.clone(),
+            "texts",
+            &kube::api::ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: resource_type.kind.clone(),
+                plural: resource.trim_start_matches("v1/").into(),
+            },
+        );
+        for i in 0..20 {
+            let name = format!("obj-{i}");
+            let body = match resource {
+                "v1/pods" => serde_json::json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": {"app": "a"}},
+                    "spec": {"nodeName": format!("node-{i}"),
+                             "containers": [{"name": "c", "image": "registry.invalid/c:1"}]},
+                }),
+                _ => serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "labels": {"app": "a"}},
+                    "data": {"a": "1"},
+                }),
+            };
+            api.patch(
+                &name,
+                &PatchParams::apply("kube-fanout-test"),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        }
+        let ours = |store: &Store| {
+            let mut objects: Vec<_> = store
+                .snapshot()
+                .objects
+                .iter()
+                .filter(|o| o.namespace == "texts")
+                .cloned()
+                .collect();
+            objects.sort_by(|a, b| a.name.cmp(&b.name));
+            objects
+        };
+        eventually("the watch having every object")
+            .until(async || Ok(ours(&watched).len()), |n| *n == 20)
+            .await?;
+        watching.abort();
+        // Listed: synced after, from the LIST's items.
+        let listed = store(100_000);
+        let mut reflector = Reflector::new(cp.client.clone(), listed.clone(), config);
+        reflector.step(State::List(SyncPoint::Start)).await;
+        let (watched, listed) = (ours(&watched), ours(&listed));
+        assert_eq!(listed.len(), 20);
+        for (w, l) in watched.iter().zip(&listed) {
+            assert_eq!(w.name, l.name);
+            assert_eq!(w.resource_version, l.resource_version);
+            assert!(!w.json.contains("managedFields"), "{}", w.json);
+            assert_eq!(w.json, l.json, "{resource} {}: one text", w.name);
+            assert_eq!(w.digest, l.digest);
+            assert!(w.same_state(l));
+        }
+    }
+    Ok(())
+}
