@@ -40,6 +40,7 @@ mod delivery;
 mod error;
 mod lag;
 mod live;
+mod pace;
 mod request;
 mod state;
 #[cfg(test)]

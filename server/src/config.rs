@@ -260,11 +260,12 @@ pub struct Config {
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_PROGRESS_BOOKMARK_SECONDS")]
     pub progress_bookmark_seconds: u64,
 
-    /// Milliseconds a subscriber waits after a delivery before reading
-    /// events that woke it sooner, so that fast events share frames and
-    /// writes (less CPU per delivery for at most this much latency); 0
-    /// reads at once.
-    #[arg(long, default_value_t = 0, env = "KUBE_FANOUT_MIN_SEND_INTERVAL_MS")]
+    /// Coalescing: a subscriber whose events have been coming faster than
+    /// one per half this many milliseconds, woken sooner than this after
+    /// its last delivery, waits out the rest before reading, so that fast
+    /// events share frames and writes (less CPU per delivery for at most
+    /// this much latency, only at such rates); 0 reads at once always.
+    #[arg(long, default_value_t = 3, env = "KUBE_FANOUT_MIN_SEND_INTERVAL_MS")]
     pub min_send_interval_ms: u64,
 
     /// A subscriber with more than this many events left to receive (only

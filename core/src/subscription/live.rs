@@ -19,6 +19,7 @@ use super::{
     delivery::{Delivery, Marker, Unchanged, bookmark, deliver},
     error::WatchError,
     lag::{BATCH, LagBound},
+    pace::Pace,
     request::{Limits, WatchSpec},
 };
 use crate::{
@@ -63,6 +64,8 @@ pub(super) struct Live {
     /// Its position as published for metrics: how far it is behind while
     /// it reads, caught up while it waits.
     reader: Reader,
+    /// How fast its events come: whether, woken, it waits for more.
+    pace: Pace,
 }
 
 /// Where live following is. Each step moves it on:
@@ -208,6 +211,7 @@ impl Live {
                 .dispatch()
                 .register(cx.spec.filter.pinned(), cx.spec.filter.required_labels()),
             reader: cx.store.reader(),
+            pace: Pace::new(now, cx.limits.min_send_interval),
         }
     }
 
@@ -250,6 +254,7 @@ impl Live {
             publish(&self.lag, &self.reader, self.cursor, self.cursor_bytes);
             if let Some(delivery) = self.resume.handle(&cx.store, &cx.spec, &event) {
                 *last_sent = LastSent::SinceLastWait;
+                self.pace.sent_one();
                 return Ok(Some(delivery));
             }
         }
@@ -314,9 +319,9 @@ impl Live {
             }
             Ok(_) => {
                 self.reader.caught_up();
-                Phase::Waiting {
-                    last_sent: last_sent.stamp(),
-                }
+                let last_sent = last_sent.stamp();
+                self.pace.waiting(last_sent, cx.limits.min_send_interval);
+                Phase::Waiting { last_sent }
             }
         };
         Ok(())
@@ -342,14 +347,12 @@ impl Live {
             Wake::Changed { store_gone: true } => Err(self.shutting_down(cx)),
             Wake::Changed { store_gone: false } | Wake::Marked => {
                 cx.store.dispatch().woken();
-                if !cx.limits.min_send_interval.is_zero() {
-                    // `last_sent` was stamped as the subscriber began to
-                    // wait, right after its last delivery went to the
-                    // transport.
-                    let earliest = last_sent + cx.limits.min_send_interval;
-                    if Instant::now() < earliest {
-                        tokio::time::sleep_until(earliest).await;
-                    }
+                // `last_sent` was stamped as the subscriber began to wait,
+                // right after its last delivery went to the transport.
+                if let Some(until) = self.pace.hold_until(last_sent, cx.limits.min_send_interval)
+                    && Instant::now() < until
+                {
+                    tokio::time::sleep_until(until).await;
                 }
                 Ok(None)
             }
@@ -489,52 +492,129 @@ mod tests {
         },
     };
 
-    /// With a minimum send interval, events that wake a subscriber sooner
-    /// than that after its last delivery wait for the interval's end and
-    /// go out together; an event after a longer quiet goes at once.
+    /// The next delivery's RV, if one comes within `ms` (0: ready now).
+    async fn next(
+        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+        ms: u64,
+    ) -> Option<u64> {
+        let item = tokio::time::timeout(Duration::from_millis(ms), stream.next()).await;
+        item.ok().flatten().map(|d| d.unwrap().resource_version.0)
+    }
+
+    /// At the default hold (3 ms), events 10 ms apart (a steady 100 a
+    /// second), the first after a quiet, and a burst go out at once: the
+    /// subscriber's events never came faster than one per half the hold,
+    /// so coalescing adds them no latency. A burst is ready all at once,
+    /// one delivery after another, which tonic writes together.
     #[tokio::test(start_paused = true)]
-    async fn events_within_the_min_send_interval_go_out_together_at_its_end() {
-        let store = Arc::new(Store::new(configmaps(), 100));
+    async fn at_the_default_hold_events_at_100_a_second_and_a_burst_go_at_once() {
+        let store = Arc::new(Store::new(configmaps(), 1000));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let limits = Limits::default();
+        assert_eq!(limits.min_send_interval, Duration::from_millis(3));
+        let mut stream = Box::pin(watch(store.clone(), spec("", Start::Latest, false), limits));
+        while next(&mut stream, 1).await.is_some() {}
+        let mut rv = 1;
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            rv += 1;
+            store.apply(EventKind::Modified, object("a", rv, "{}"));
+            assert_eq!(next(&mut stream, 0).await, Some(rv), "at once");
+            // Then it waits (and its pace takes the batch in).
+            assert_eq!(next(&mut stream, 0).await, None);
+        }
+        tokio::time::advance(Duration::from_millis(10)).await;
+        for _ in 0..5 {
+            rv += 1;
+            store.apply(EventKind::Modified, object("a", rv, "{}"));
+        }
+        for expected in rv - 4..=rv {
+            assert_eq!(
+                next(&mut stream, 0).await,
+                Some(expected),
+                "the burst at once"
+            );
+        }
+    }
+
+    /// Events a millisecond apart (1,000 a second): the first go at once;
+    /// once the subscriber's pace is known to be faster than one per half
+    /// the hold, an event that follows a delivery closer than the hold
+    /// waits for the hold's end and goes out with those that came
+    /// meanwhile. No event waits longer than the hold, and after a quiet
+    /// the next goes at once again.
+    #[tokio::test(start_paused = true)]
+    async fn events_a_millisecond_apart_come_to_share_writes_within_the_hold() {
+        let store = Arc::new(Store::new(configmaps(), 10_000));
+        store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
+        let hold = Limits::default().min_send_interval;
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            spec("", Start::Latest, false),
+            Limits::default(),
+        ));
+        while next(&mut stream, 1).await.is_some() {}
+        let (mut rv, mut applied, mut received) = (1, Vec::new(), Vec::new());
+        for _ in 0..300 {
+            rv += 1;
+            store.apply(EventKind::Modified, object("a", rv, "{}"));
+            applied.push((rv, Instant::now()));
+            while let Some(got) = next(&mut stream, 0).await {
+                received.push((got, Instant::now()));
+            }
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        while let Some(got) = next(&mut stream, 0).await {
+            received.push((got, Instant::now()));
+        }
+        tokio::time::advance(hold).await;
+        while let Some(got) = next(&mut stream, 0).await {
+            received.push((got, Instant::now()));
+        }
+        let rvs: Vec<u64> = received.iter().map(|(rv, _)| *rv).collect();
+        assert_eq!(rvs, (2..=rv).collect::<Vec<_>>(), "every event, in order");
+        let latencies: Vec<Duration> = applied
+            .iter()
+            .zip(&received)
+            .map(|((_, sent), (_, got))| *got - *sent)
+            .collect();
+        assert!(latencies.iter().all(|l| *l <= hold), "{latencies:?}");
+        assert!(
+            latencies[..10].iter().all(Duration::is_zero),
+            "{latencies:?}"
+        );
+        // The last 200 events: writes are the distinct instants they left at.
+        let mut writes: Vec<Instant> = received[100..].iter().map(|(_, at)| *at).collect();
+        writes.dedup();
+        assert!(
+            writes.len() * 2 <= 200,
+            "{} writes for 200 events",
+            writes.len()
+        );
+        // After a quiet, at once again.
+        tokio::time::advance(Duration::from_millis(50)).await;
+        rv += 1;
+        store.apply(EventKind::Modified, object("a", rv, "{}"));
+        assert_eq!(next(&mut stream, 0).await, Some(rv));
+    }
+
+    /// With no hold, every event goes at once, however fast they come.
+    #[tokio::test(start_paused = true)]
+    async fn with_a_zero_hold_events_a_millisecond_apart_go_at_once() {
+        let store = Arc::new(Store::new(configmaps(), 10_000));
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let limits = Limits {
-            min_send_interval: Duration::from_millis(10),
+            min_send_interval: Duration::ZERO,
             ..Limits::default()
         };
         let mut stream = Box::pin(watch(store.clone(), spec("", Start::Latest, false), limits));
-        /// The next delivery's RV, if one comes within `ms`.
-        async fn next(
-            stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
-            ms: u64,
-        ) -> Option<u64> {
-            let item = tokio::time::timeout(Duration::from_millis(ms), stream.next()).await;
-            item.ok().flatten().map(|d| d.unwrap().resource_version.0)
-        }
-        // Whatever the start sends (a snapshot of "a"), then a quiet longer
-        // than the interval: the next event goes at once.
         while next(&mut stream, 1).await.is_some() {}
-        tokio::time::advance(Duration::from_millis(20)).await;
-        store.apply(EventKind::Modified, object("a", 2, "{}"));
-        let sent = Instant::now();
-        assert_eq!(next(&mut stream, 1).await, Some(2));
-        // The subscriber waits again (and stamps its last send) here.
-        assert_eq!(next(&mut stream, 1).await, None);
-        store.apply(EventKind::Modified, object("a", 3, "{}"));
-        tokio::time::advance(Duration::from_millis(1)).await;
-        store.apply(EventKind::Modified, object("a", 4, "{}"));
-        assert_eq!(
-            next(&mut stream, 6).await,
-            None,
-            "before the interval's end"
-        );
-        assert_eq!(next(&mut stream, 10).await, Some(3));
-        assert_eq!(Instant::now() - sent, Duration::from_millis(10));
-        assert_eq!(next(&mut stream, 0).await, Some(4), "in the same batch");
-        // 5 ms after that batch: waits the other 5.
-        assert_eq!(next(&mut stream, 5).await, None);
-        store.apply(EventKind::Modified, object("a", 5, "{}"));
-        assert_eq!(next(&mut stream, 4).await, None);
-        assert_eq!(next(&mut stream, 1).await, Some(5));
-        assert_eq!(Instant::now() - sent, Duration::from_millis(20));
+        for rv in 2..200 {
+            store.apply(EventKind::Modified, object("a", rv, "{}"));
+            assert_eq!(next(&mut stream, 0).await, Some(rv));
+            assert_eq!(next(&mut stream, 0).await, None);
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
     }
 
     /// A watch on a retired connection ends at the retirement, not before,

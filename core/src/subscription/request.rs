@@ -70,13 +70,15 @@ pub struct Limits {
     /// events its filter lets through that arrived since its stream
     /// started, is cut off with [`WatchError::Lagged`].
     pub max_lag_bytes: u64,
-    /// A subscriber woken by new events less than this long after it was
-    /// last sent something waits out the rest before reading them, so that
-    /// events arriving faster than this go out several to an HTTP/2 frame
-    /// and a write instead of one each (the marks and head changes that
-    /// arrive meanwhile wake nobody). It adds at most this much latency, and
-    /// only to events that follow a delivery closer than this; zero (the
-    /// default) reads at once.
+    /// Coalescing: a subscriber whose events have been coming faster than
+    /// one per half this, woken by new events less than this long after
+    /// it was last sent something, waits out the rest before reading
+    /// them, so that they go out several to an HTTP/2 frame and a write
+    /// instead of one each (the marks and head changes that arrive
+    /// meanwhile wake nobody). It adds at most this much latency, and only
+    /// to such a subscriber's events; a lone event, a burst after a
+    /// quiet, and events further apart than half this go at once (see
+    /// `pace`). Zero reads at once always.
     pub min_send_interval: Duration,
 }
 
@@ -87,7 +89,7 @@ impl Default for Limits {
             progress_interval: Duration::from_secs(60),
             max_lag_events: 10_000,
             max_lag_bytes: 64 << 20,
-            min_send_interval: Duration::ZERO,
+            min_send_interval: Duration::from_millis(3),
         }
     }
 }
