@@ -934,6 +934,16 @@ fn builds_table(
             down(m1, 2),
         );
     }
+    out += "\n| watchers' windows | baseline latency p50 / p99 / max, each round | this build's, each round |\n|---|---|---|\n";
+    for (target, label) in [("fanout-static", "fixed"), ("fanout", "grpc-go's default")] {
+        let each = |build: usize| -> String {
+            runs[build]
+                .get(target)
+                .map(|rs| rs.iter().map(latency).collect::<Vec<_>>().join("; "))
+                .unwrap_or_default()
+        };
+        out += &format!("| {label} | {} | {} |\n", each(0), each(1));
+    }
     out
 }
 
@@ -1425,7 +1435,8 @@ mod tests {
     }
 
     fn steady(cpu_s: f64, delivered: u64) -> Value {
-        json!({"delivered": delivered, "procs": {"kube-fanout": {"cpu_s": cpu_s}}})
+        json!({"delivered": delivered, "procs": {"kube-fanout": {"cpu_s": cpu_s}},
+            "p50_ms": 1.5, "p99_ms": 4.25, "max_ms": 9.0})
     }
 
     #[test]
@@ -1447,6 +1458,11 @@ mod tests {
             table.contains(
                 "| fixed | 20.00, 30.00, 10.00 | 21.00, 25.00, 100.00 | 20.00 | 25.00 | 1.250 |"
             ),
+            "{table}"
+        );
+        let each_round = ["1.50 / 4.25 / 9.0 ms"; 3].join("; ");
+        assert!(
+            table.contains(&format!("| fixed | {each_round} | {each_round} |")),
             "{table}"
         );
         assert!(close(median_of(&[4.0, 1.0, 3.0, 2.0]), 2.5));

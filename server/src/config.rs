@@ -261,7 +261,7 @@ pub struct Config {
     pub progress_bookmark_seconds: u64,
 
     /// Coalescing: a subscriber whose events have been coming faster than
-    /// one per half this many milliseconds, woken sooner than this after
+    /// one per this many milliseconds, woken sooner than this after
     /// its last delivery, waits out the rest before reading, so that fast
     /// events share frames and writes (less CPU per delivery for at most
     /// this much latency, only at such rates); 0 reads at once always.

@@ -503,7 +503,7 @@ mod tests {
 
     /// At the default hold (3 ms), events 10 ms apart (a steady 100 a
     /// second), the first after a quiet, and a burst go out at once: the
-    /// subscriber's events never came faster than one per half the hold,
+    /// subscriber's events never came faster than one per hold,
     /// so coalescing adds them no latency. A burst is ready all at once,
     /// one delivery after another, which tonic writes together.
     #[tokio::test(start_paused = true)]

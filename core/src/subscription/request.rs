@@ -71,13 +71,13 @@ pub struct Limits {
     /// started, is cut off with [`WatchError::Lagged`].
     pub max_lag_bytes: u64,
     /// Coalescing: a subscriber whose events have been coming faster than
-    /// one per half this, woken by new events less than this long after
+    /// one per this long, woken by new events less than this long after
     /// it was last sent something, waits out the rest before reading
     /// them, so that they go out several to an HTTP/2 frame and a write
     /// instead of one each (the marks and head changes that arrive
     /// meanwhile wake nobody). It adds at most this much latency, and only
     /// to such a subscriber's events; a lone event, a burst after a
-    /// quiet, and events further apart than half this go at once (see
+    /// quiet, and events further apart than this go at once (see
     /// `pace`). Zero reads at once always.
     pub min_send_interval: Duration,
 }
