@@ -404,6 +404,30 @@ mod tests {
         assert!(obj.json.contains(r#""data":{"k":"v"}"#));
     }
 
+    /// A managedFields key written with escapes cannot be cut from the
+    /// text: the object is written out again without it, still whole.
+    #[test]
+    fn strips_managed_fields_whose_key_is_written_with_escapes() {
+        let raw = r#"{"metadata":{"name":"a","resourceVersion":"3","managed\u0046ields":[{"manager":"m"}]},"data":{"k":"v"}}"#;
+        let obj = Object::from_json(
+            raw,
+            &cm(),
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+        .unwrap();
+        let value: Value = serde_json::from_str(&obj.json).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1",
+                "metadata": {"name": "a", "resourceVersion": "3"}, "data": {"k": "v"}})
+        );
+        assert!(
+            obj.json
+                .starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","#)
+        );
+    }
+
     #[test]
     fn keeps_managed_fields_when_the_transform_is_off() {
         let raw = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1","managedFields":[]}}"#;
