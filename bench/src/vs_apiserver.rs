@@ -1173,16 +1173,21 @@ impl WindowCpu {
         self.rounds.iter().map(|r| r.1).sum()
     }
 
+    /// `seconds` of CPU over one kind of window's writes, in µs.
+    fn per_write_of(&self, seconds: f64) -> f64 {
+        seconds / (self.writes * self.rounds.len() as f64) * 1e6
+    }
+
     /// All the CPU of the on windows, over their writes (one delivery
     /// each): what one lone event costs, reading it and delivering it.
     fn per_write(&self) -> f64 {
-        self.on() / (self.writes * self.rounds.len() as f64) * 1e6
+        self.per_write_of(self.on())
     }
 
     /// CPU per delivery: the on windows less the off windows, over the on
     /// windows' writes (one delivery each).
     fn per_delivery(&self) -> f64 {
-        (self.on() - self.off()) / (self.writes * self.rounds.len() as f64) * 1e6
+        self.per_write_of(self.on() - self.off())
     }
 
     /// Each round's on − off per delivery, sorted.
@@ -1375,12 +1380,7 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
     );
     out += &row(
         "all its CPU in the off windows, per write (no delivery)",
-        &|_, c, _, _| {
-            format!(
-                "{} µs",
-                down(c.off() / (c.writes * c.rounds.len() as f64) * 1e6, 1)
-            )
-        },
+        &|_, c, _, _| format!("{} µs", down(c.per_write_of(c.off()), 1)),
     );
     out += &row("latency p50 / p99 / max, all windows", &|t, _, _, _| {
         latency(t)
@@ -1405,13 +1405,16 @@ fn nodes_table(result: &Value, rate: f64, static_window: bool, load: &[String; 2
             down(api.median_delta() / fanout.median_delta(), 2),
         );
     }
-    if let (Some(i), Some(s)) = (
+    if let (Some(i), Some(s), Some(f)) = (
         placements.iter().position(|p| *p == "isolated"),
         placements.iter().position(|p| *p == "shared"),
+        servers
+            .iter()
+            .position(|(_, process, _)| *process == "kube-fanout"),
     ) {
-        // kube-fanout is the last server of each placement's columns.
+        // Each placement's columns are the servers in turn.
         let n = servers.len();
-        let (isolated, shared) = (&cpus[n * i + n - 1], &cpus[n * s + n - 1]);
+        let (isolated, shared) = (&cpus[n * i + f], &cpus[n * s + f]);
         out += &format!(
             "kube-fanout per write, shared / isolated: {} in the on windows, {} in the off windows.\n",
             down(shared.per_write() / isolated.per_write(), 2),
@@ -1590,6 +1593,11 @@ mod tests {
             table.contains("shared / isolated: 2.50 in the on windows, 3.00 in the off windows"),
             "{table}"
         );
+        // The API server's watchers alone: no kube-fanout line to draw.
+        let mut api_only = result.clone();
+        api_only["targets"] = json!({"apiserver-proto": {}});
+        let table = nodes_table(&api_only, 100.0, true, &["0".into(), "0".into()]);
+        assert!(!table.contains("shared / isolated"), "{table}");
         // kube-fanout's watchers alone: its columns only, compared alike.
         let mut alone = result.clone();
         alone["targets"] = json!({"fanout": {}});

@@ -205,12 +205,6 @@ impl Object {
             value,
             managed_fields,
         } = sparse::read(raw, fields.wanted(), transform.strip_managed_fields)?;
-        if !value.is_object() {
-            return Err(ObjectError::UnexpectedType {
-                expected: type_meta.to_string(),
-                found: "? ?".to_owned(),
-            });
-        }
         let mut edits = sparse::Edits::default();
         // The API server writes kind before apiVersion: a list item filled
         // in this way reads as its watch event does.
@@ -220,7 +214,11 @@ impl Object {
         ] {
             match value.get(field).and_then(Value::as_str) {
                 Some(found) if found == expected => {}
-                None if value.get(field).is_none() => edits.prepend(field, expected),
+                // Missing: put in. (Present but not a string, or not an
+                // object at all: refused below.)
+                None if value.is_object() && value.get(field).is_none() => {
+                    edits.prepend(field, expected)
+                }
                 _ => {
                     return Err(ObjectError::UnexpectedType {
                         expected: type_meta.to_string(),
@@ -348,17 +346,19 @@ mod tests {
         }
     }
 
+    /// `raw` read as a ConfigMap, with the default fields and transform.
+    fn configmap(raw: &str) -> Result<Object, ObjectError> {
+        Object::from_json(
+            raw,
+            &cm(),
+            &SelectableFields::default(),
+            Transform::default(),
+        )
+    }
+
     #[test]
     fn the_same_state_is_recognised_whatever_the_key_order() {
-        let parse = |raw: &str| {
-            Object::from_json(
-                raw,
-                &cm(),
-                &SelectableFields::default(),
-                Transform::default(),
-            )
-            .unwrap()
-        };
+        let parse = |raw: &str| configmap(raw).unwrap();
         // As the API server writes a watch event's object.
         let a = parse(
             r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"4","managedFields":[{"manager":"m"}]},"data":{"x":"1","y":"2"}}"#,
@@ -390,13 +390,7 @@ mod tests {
     #[test]
     fn parses_metadata_and_strips_managed_fields() {
         let raw = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"42","labels":{"app":"x"},"managedFields":[{"manager":"kubectl"}]},"data":{"k":"v"}}"#;
-        let obj = Object::from_json(
-            raw,
-            &cm(),
-            &SelectableFields::default(),
-            Transform::default(),
-        )
-        .unwrap();
+        let obj = configmap(raw).unwrap();
         assert_eq!(obj.key, "ns/a");
         assert_eq!(obj.resource_version, ResourceVersion(42));
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("x"));
@@ -409,13 +403,7 @@ mod tests {
     #[test]
     fn strips_managed_fields_whose_key_is_written_with_escapes() {
         let raw = r#"{"metadata":{"name":"a","resourceVersion":"3","managed\u0046ields":[{"manager":"m"}]},"data":{"k":"v"}}"#;
-        let obj = Object::from_json(
-            raw,
-            &cm(),
-            &SelectableFields::default(),
-            Transform::default(),
-        )
-        .unwrap();
+        let obj = configmap(raw).unwrap();
         let value: Value = serde_json::from_str(&obj.json).unwrap();
         assert_eq!(
             value,
@@ -447,12 +435,7 @@ mod tests {
     #[test]
     fn rejects_objects_without_a_name_or_with_an_opaque_resource_version() {
         assert!(matches!(
-            Object::from_json(
-                r#"{"metadata":{}}"#,
-                &cm(),
-                &SelectableFields::default(),
-                Transform::default()
-            ),
+            configmap(r#"{"metadata":{}}"#),
             Err(ObjectError::NoName)
         ));
         assert!(matches!(
@@ -480,14 +463,21 @@ mod tests {
                 && item.json.contains(r#""kind":"ConfigMap""#)
         );
         let table = r#"{"apiVersion":"meta.k8s.io/v1","kind":"Table","metadata":{"name":"a","resourceVersion":"3"}}"#;
-        let err = Object::from_json(
-            table,
-            &cm(),
-            &SelectableFields::default(),
-            Transform::default(),
-        )
-        .unwrap_err();
+        let err = configmap(table).unwrap_err();
         assert!(matches!(err, ObjectError::UnexpectedType { .. }), "{err}");
         assert!(err.to_string().contains("meta.k8s.io/v1 Table"), "{err}");
+        // Not an object, or a kind that is not a string: refused, not
+        // filled in (the text cannot hold two kinds).
+        for raw in [
+            r#"[{"metadata":{"name":"a","resourceVersion":"3"}}]"#,
+            r#""a""#,
+            r#"{"kind":5,"metadata":{"name":"a","resourceVersion":"3"}}"#,
+        ] {
+            let err = configmap(raw).unwrap_err();
+            assert!(
+                matches!(err, ObjectError::UnexpectedType { .. }),
+                "{raw}: {err}"
+            );
+        }
     }
 }

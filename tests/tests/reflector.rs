@@ -458,9 +458,9 @@ async fn an_object_listed_and_the_same_object_watched_are_one_text() -> anyhow::
     };
     for resource in ["v1/configmaps", "v1/pods"] {
         let resource_type = ResourceType::discover(&cp.client, &resource.parse()?).await?;
-        let store = |n| Arc::new(Store::new(resource_type.clone(), n));
+        let store = || Arc::new(Store::new(resource_type.clone(), 100_000));
         // Watched: synced before the objects exist, so they arrive as events.
-        let watched = store(100_000);
+        let watched = store();
         let mut reflector = Reflector::new(cp.client.clone(), watched.clone(), config);
         let State::Watch(rv) = reflector.step(State::List(SyncPoint::Start)).await else {
             anyhow::bail!("the LIST did not sync");
@@ -516,7 +516,7 @@ async fn an_object_listed_and_the_same_object_watched_are_one_text() -> anyhow::
             .await?;
         watching.abort();
         // Listed: synced after, from the LIST's items.
-        let listed = store(100_000);
+        let listed = store();
         let mut reflector = Reflector::new(cp.client.clone(), listed.clone(), config);
         reflector.step(State::List(SyncPoint::Start)).await;
         let (watched, listed) = (ours(&watched), ours(&listed));
