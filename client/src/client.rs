@@ -116,8 +116,8 @@ impl Client {
 
     /// Moves to the next address that connects (the same one again when it
     /// is the only one), after the current one failed: the watcher's
-    /// failover.
-    pub(crate) async fn reconnect(&mut self) -> Result<(), ClientError> {
+    /// failover, and a tier's leaf's when its parent fails.
+    pub async fn reconnect(&mut self) -> Result<(), ClientError> {
         self.connect_from(self.current + 1).await
     }
 
@@ -127,7 +127,7 @@ impl Client {
     /// client reads the GOAWAY only when handed the next call and drops
     /// that call unsent (`CANCELLED`, "connection closed"): a resume on it
     /// would fail once and wait a backoff delay.
-    pub(crate) async fn renew(&mut self) -> Result<(), ClientError> {
+    pub async fn renew(&mut self) -> Result<(), ClientError> {
         self.connect_from(self.current).await
     }
 

@@ -180,7 +180,7 @@ impl SelectableFields {
     /// A custom resource's fields: `metadata.name`, `metadata.namespace`
     /// when `namespaced`, and the served version's `selectableFields`
     /// (their `jsonPath`s, like `.spec.color`).
-    pub(crate) fn custom(namespaced: bool, json_paths: &[String]) -> Result<Self, JsonPathError> {
+    pub fn custom(namespaced: bool, json_paths: &[String]) -> Result<Self, JsonPathError> {
         let fields = json_paths
             .iter()
             .map(|p| {
@@ -191,6 +191,18 @@ impl SelectableFields {
             })
             .collect::<Result<_, _>>()?;
         Ok(SelectableFields::of(Kind::Custom { namespaced, fields }))
+    }
+
+    /// A custom resource's declared fields as the jsonPaths
+    /// [`custom`](Self::custom) takes (`.spec.color`), for a tier's leaf to
+    /// serve the same selectors; `None` for a built-in type or the default.
+    pub fn custom_json_paths(&self) -> Option<Vec<String>> {
+        match &self.kind {
+            Kind::Custom { fields, .. } => {
+                Some(fields.iter().map(|f| format!(".{}", f.label)).collect())
+            }
+            Kind::Metadata | Kind::Builtin(_) => None,
+        }
     }
 
     fn of(kind: Kind) -> Self {
@@ -816,5 +828,20 @@ mod tests {
         assert_eq!(value_of(&f, "spec.size", "{}"), "");
         assert!(f.resolve("metadata.namespace").is_err());
         assert!(SelectableFields::custom(true, &["spec[0]".into()]).is_err());
+    }
+
+    /// What a parent hands a leaf rebuilds the same fields: a custom
+    /// type's jsonPaths give back an equal [`SelectableFields`], and a
+    /// built-in type or the default hands none (the leaf knows those).
+    #[test]
+    fn a_custom_types_json_paths_rebuild_it() {
+        let paths = vec![".spec.color".to_owned(), ".spec['a.b']".to_owned()];
+        let f = SelectableFields::custom(true, &paths).unwrap();
+        let handed = f.custom_json_paths().unwrap();
+        assert_eq!(handed, paths);
+        assert_eq!(SelectableFields::custom(true, &handed).unwrap(), f);
+        assert_eq!(SelectableFields::default().custom_json_paths(), None);
+        let pods = SelectableFields::builtin("v1", "Pod").unwrap();
+        assert_eq!(pods.custom_json_paths(), None);
     }
 }

@@ -78,6 +78,11 @@ pub struct ReflectorStatus {
     /// not clear it, so a reflector that may list but not watch (it only
     /// ever relists, and serves ever staler data) stays failing.
     pub failing_since: Option<Instant>,
+    /// The parent kube-fanout this store follows, for a tier's leaf
+    /// (`None`: the reflector lists and watches the API server itself).
+    /// The counters then count the leaf's snapshots (`lists`) and watches
+    /// on its parent.
+    pub parent: Option<String>,
     /// Since when every LIST and WATCH has been answered 404 Not Found:
     /// the API server no longer serves the type (its CRD was deleted),
     /// or not yet. Cleared by the next one that succeeds.

@@ -126,19 +126,7 @@ impl Context {
         rv: ResourceVersion,
         trace: &mut SyncTrace,
     ) {
-        // O(objects) of comparing: on a blocking thread, so that a relist
-        // of a large type does not hold one of the runtime's few workers
-        // (and with it other types' reflectors and subscribers). Nothing
-        // else writes this store meanwhile: the reflector is its one
-        // writer, and it waits here.
-        let (store, span) = (self.store.clone(), tracing::Span::current());
-        let replaced =
-            tokio::task::spawn_blocking(move || span.in_scope(|| store.replace(objects, rv))).await;
-        if let Err(err) = replaced
-            && err.is_panic()
-        {
-            std::panic::resume_unwind(err.into_panic());
-        }
+        self.store.replace_blocking(objects, rv).await;
         trace.step("store replaced");
         self.synced_to(rv);
         self.internal_errors.reset();

@@ -27,7 +27,7 @@ use kube_fanout_reflector::ReflectorConfig;
 use kube_fanout_service::list_budget::ListBytesLimits;
 
 use crate::{
-    options::ServerOptions,
+    options::{ServerOptions, UpstreamFanout},
     security::{AuditOptions, AuthOptions, Security},
 };
 
@@ -47,6 +47,38 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub resources: Vec<GroupVersionResource>,
+
+    /// Feed the served types from these kube-fanout servers instead of
+    /// the API server (a tier's leaf): one gRPC Watch per type on the
+    /// first that answers, the next one when it fails, resuming where the
+    /// cache got to. Addresses as host:port (plaintext), http:// or
+    /// https:// URLs. The API server is still asked to authenticate and
+    /// authorize this server's own callers; this server's identity must
+    /// be allowed to list and watch the types at the parent.
+    #[arg(
+        long = "upstream-fanout",
+        value_name = "ADDRESS",
+        env = "KUBE_FANOUT_UPSTREAM_FANOUT",
+        value_delimiter = ',',
+        conflicts_with = "on_demand_resources"
+    )]
+    pub upstream_fanout: Vec<String>,
+
+    /// The CA bundle (PEM) the parents' serving certificates chain to;
+    /// the parents are then reached over TLS.
+    #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_UPSTREAM_FANOUT_CA_FILE")]
+    pub upstream_fanout_ca_file: Option<PathBuf>,
+
+    /// A file holding the bearer token presented to the parents, read
+    /// again as it rotates: a projected service account token with the
+    /// parents' audience (--token-audience). Without TLS it is sent only
+    /// to loopback addresses' plaintext.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "KUBE_FANOUT_UPSTREAM_FANOUT_TOKEN_FILE"
+    )]
+    pub upstream_fanout_token_file: Option<PathBuf>,
 
     /// Serve types not given with --resource on demand: a Watch, List or
     /// Get for one, once its caller is authorized, discovers it and starts
@@ -646,6 +678,15 @@ impl Config {
         }
     }
 
+    /// The parents a tier's leaf is fed by (`None`: the API server).
+    pub fn upstream_fanout(&self) -> Option<UpstreamFanout> {
+        (!self.upstream_fanout.is_empty()).then(|| UpstreamFanout {
+            addresses: self.upstream_fanout.clone(),
+            ca_file: self.upstream_fanout_ca_file.clone(),
+            token_file: self.upstream_fanout_token_file.clone(),
+        })
+    }
+
     /// The on-demand types these flags allow (`None`: off).
     pub fn on_demand(&self) -> Option<OnDemandOptions> {
         (!self.on_demand_resources.is_empty()).then(|| OnDemandOptions {
@@ -660,6 +701,7 @@ impl Config {
     pub fn options(&self) -> ServerOptions {
         ServerOptions {
             resources: self.resources.clone(),
+            upstream_fanout: self.upstream_fanout(),
             on_demand: self.on_demand(),
             index_fields: self.index_fields.clone(),
             reflector: self.reflector(),
@@ -686,6 +728,34 @@ mod tests {
         let mut argv = vec!["kube-fanout", "--resource", "v1/configmaps"];
         argv.extend_from_slice(args);
         Config::try_parse_from(argv).unwrap()
+    }
+
+    /// A leaf's parents, in order, with their CA and token; none unless
+    /// given, and not with on-demand types (a leaf serves its --resource).
+    #[test]
+    fn upstream_fanout_names_the_parents_in_order() {
+        assert!(parse(&[]).upstream_fanout().is_none());
+        let leaf = parse(&[
+            "--upstream-fanout",
+            "https://a:50051,https://b:50051",
+            "--upstream-fanout-ca-file",
+            "ca.crt",
+            "--upstream-fanout-token-file",
+            "token",
+        ])
+        .upstream_fanout()
+        .unwrap();
+        assert_eq!(leaf.addresses, ["https://a:50051", "https://b:50051"]);
+        assert_eq!(leaf.ca_file, Some(PathBuf::from("ca.crt")));
+        assert_eq!(leaf.token_file, Some(PathBuf::from("token")));
+        let both = Config::try_parse_from([
+            "kube-fanout",
+            "--upstream-fanout",
+            "a:1",
+            "--on-demand-resources",
+            "*",
+        ]);
+        assert!(both.is_err());
     }
 
     #[test]

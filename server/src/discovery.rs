@@ -1,5 +1,6 @@
 //! Discovery: each requested resource type resolved against the API
-//! server, with the fields its subscribers are indexed by.
+//! server (or, for a tier's leaf, its parent), with the fields its
+//! subscribers are indexed by.
 
 use kube_fanout_core::{
     dispatch::{IndexFieldFlag, IndexedField},
@@ -28,14 +29,27 @@ pub(crate) async fn discover(
     }
     let mut types = Vec::new();
     for gvr in resources {
-        let resource = ResourceType::discover(client, gvr).await?;
-        let extra: Vec<String> = index_fields
-            .iter()
-            .filter(|f| f.gvr == *gvr)
-            .map(|f| f.field.clone())
-            .collect();
-        let indexed = IndexedField::for_type(&resource, &extra)?;
-        types.push((resource, indexed));
+        types.push(ResourceType::discover(client, gvr).await?);
     }
-    Ok(types)
+    indexed(types, index_fields)
+}
+
+/// Each of `types` with the fields its subscribers are indexed by: its
+/// defaults and the `index_fields` naming it.
+pub(crate) fn indexed(
+    types: Vec<ResourceType>,
+    index_fields: &[IndexFieldFlag],
+) -> Result<Vec<(ResourceType, Vec<IndexedField>)>, ServeError> {
+    types
+        .into_iter()
+        .map(|resource| {
+            let extra: Vec<String> = index_fields
+                .iter()
+                .filter(|f| f.gvr == resource.gvr)
+                .map(|f| f.field.clone())
+                .collect();
+            let indexed = IndexedField::for_type(&resource, &extra)?;
+            Ok((resource, indexed))
+        })
+        .collect()
 }

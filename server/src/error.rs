@@ -25,6 +25,20 @@ pub enum ServeError {
         "--index-field {0}: not a served resource type (add it with --resource, or allow it with --on-demand-resources)"
     )]
     IndexFieldNotServed(GroupVersionResource),
+    /// The parent kube-fanout (`--upstream-fanout`) could not be reached.
+    #[error("--upstream-fanout: {0}")]
+    Parent(#[from] kube_fanout_client::ClientError),
+    /// The parents' CA bundle cannot be read.
+    #[error("--upstream-fanout-ca-file {}: {source}", path.display())]
+    ParentCa {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The parent does not serve a requested type.
+    #[error("--upstream-fanout: {0}")]
+    ParentDiscovery(#[from] kube_fanout_tier::DiscoveryError),
     /// The gRPC transport failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),

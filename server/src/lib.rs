@@ -9,13 +9,15 @@
 //! This crate only wires (see the README's Architecture section for the
 //! layers): [`config`] turns flags into [`options`], and
 //! [`server::start`] puts the concerns together, each in a module of its
-//! own: discovery of the served types, their reflectors, the on-demand
+//! own: discovery of the served types, their reflectors (or a tier's
+//! feeds from its parent), the on-demand
 //! types' upstream, [`security`],
 //! the audit log's destination, health, [`metrics`] and the gRPC
 //! listener. Inside, imports run down: `server` sits on the others;
 //! `config` on `options`, which sits on `security`, as `audit` does;
 //! `health` on `grpc` (its HTTP/2 bounds) and `options`, as `grpc` does;
-//! `grpc` on `request_spans`; `metrics` on `security`; `on_demand` and
+//! `grpc` on `request_spans`; `metrics` on `security`; `tier` on
+//! `discovery`; `on_demand` and
 //! each of them on
 //! `error`, which sits on the lower crates alone. [`traces`], the OTLP
 //! export the binary installs, stands beside them.
@@ -33,4 +35,5 @@ mod reflectors;
 mod request_spans;
 pub mod security;
 pub mod server;
+mod tier;
 pub mod traces;

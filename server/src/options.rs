@@ -1,7 +1,7 @@
 //! What the server is started with besides an API client and a listener
 //! (the binary fills it from its flags, [`crate::config`]).
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use kube_fanout_core::{
     dispatch::IndexFieldFlag, on_demand::OnDemandOptions, resource::GroupVersionResource,
@@ -19,6 +19,9 @@ use crate::security::Security;
 pub struct ServerOptions {
     /// The resource types to serve.
     pub resources: Vec<GroupVersionResource>,
+    /// The parents the types are fed from, for a tier's leaf (`None`: the
+    /// API server, through one reflector each).
+    pub upstream_fanout: Option<UpstreamFanout>,
     /// The types served on demand besides them (`None`: none).
     pub on_demand: Option<OnDemandOptions>,
     /// Fields to index subscribers by besides every type's defaults.
@@ -53,4 +56,15 @@ pub struct ServerOptions {
     /// trace context (set when traces are exported, see
     /// [`crate::traces`]; off, nothing is added per call).
     pub request_spans: bool,
+}
+
+/// The parent kube-fanouts a tier's leaf is fed by (`--upstream-fanout`).
+#[derive(Debug, Clone)]
+pub struct UpstreamFanout {
+    /// Their addresses, in order of preference.
+    pub addresses: Vec<String>,
+    /// The CA their serving certificates chain to (TLS on when given).
+    pub ca_file: Option<PathBuf>,
+    /// The bearer token presented to them, re-read as it rotates.
+    pub token_file: Option<PathBuf>,
 }

@@ -1,5 +1,6 @@
-//! Wiring: discover the resource types, start one reflector each (and
-//! the on-demand types, if on), and
+//! Wiring: discover the resource types, start one reflector each (or, for
+//! a tier's leaf, one feed each from its parent; and the on-demand types,
+//! if on), and
 //! serve the gRPC API with health and reflection (and metrics, and a
 //! plaintext health listener, if asked) until cancelled. Each concern is
 //! a module of its own; this one only puts them together.
@@ -19,7 +20,7 @@ use crate::{
     grpc::Grpc,
     health, metrics, on_demand,
     options::ServerOptions,
-    reflectors, security,
+    reflectors, security, tier,
 };
 
 /// A server that is discovering, syncing and serving.
@@ -67,22 +68,38 @@ pub async fn start(
     options: ServerOptions,
     cancel: CancellationToken,
 ) -> Result<Running, ServeError> {
-    let types = discovery::discover(
-        &client,
-        &options.resources,
-        &options.index_fields,
-        options.on_demand.as_ref().map(|o| &o.allow),
-    )
-    .await?;
     let mut tasks = JoinSet::new();
-    let mut cache = reflectors::start(
-        &client,
-        types,
-        options.history,
-        options.reflector,
-        &mut tasks,
-        &cancel,
-    );
+    let mut cache = match &options.upstream_fanout {
+        Some(parents) => {
+            tier::start(
+                parents,
+                &options.resources,
+                &options.index_fields,
+                options.history,
+                options.reflector.transform,
+                &mut tasks,
+                &cancel,
+            )
+            .await?
+        }
+        None => {
+            let types = discovery::discover(
+                &client,
+                &options.resources,
+                &options.index_fields,
+                options.on_demand.as_ref().map(|o| &o.allow),
+            )
+            .await?;
+            reflectors::start(
+                &client,
+                types,
+                options.history,
+                options.reflector,
+                &mut tasks,
+                &cancel,
+            )
+        }
+    };
     if let Some(allowed) = &options.on_demand {
         cache = cache.with_on_demand(on_demand::start(
             &client,

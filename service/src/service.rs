@@ -304,6 +304,12 @@ impl FanoutService {
             watch_lists: reflector.watch_lists,
             watches: reflector.watches,
             failures: reflector.failures,
+            upstream: reflector
+                .parent
+                .as_ref()
+                .map_or_else(|| "api-server".to_owned(), |p| format!("kube-fanout {p}")),
+            custom_resource: resource.fields.custom_json_paths().is_some(),
+            selectable_fields: resource.fields.custom_json_paths().unwrap_or_default(),
             origin: match served.origin {
                 Origin::Configured => pb::Origin::Configured,
                 Origin::OnDemand => pb::Origin::OnDemand,

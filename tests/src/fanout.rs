@@ -62,6 +62,7 @@ impl Fanout {
             max_connection_age: None,
             connections: ConnectionLimits::default(),
             request_spans: false,
+            upstream_fanout: None,
             on_demand: None,
         };
         adjust(&mut options);

@@ -866,9 +866,20 @@ type ResourceStatus struct {
 	// An on-demand type without subscribers or requests: for how many
 	// seconds (it stops at --on-demand-idle-seconds); 0 while in use, and
 	// for a configured type.
-	IdleSeconds   uint64 `protobuf:"varint,18,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IdleSeconds uint64 `protobuf:"varint,18,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
+	// Where the cache of the type is fed from: "api-server" (its own LIST
+	// and WATCH), or "kube-fanout ADDRESS", the parent a leaf of a tier
+	// follows (--upstream-fanout); the counters above then count the
+	// leaf's snapshots (lists) and watches on its parent.
+	Upstream string `protobuf:"bytes,19,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// Whether the type is a custom resource, and its CRD's selectableFields
+	// for the served version (their jsonPaths, like ".spec.color"): with
+	// kind and namespaced, what a leaf needs to accept the same field
+	// selectors as its parent.
+	CustomResource   bool     `protobuf:"varint,20,opt,name=custom_resource,json=customResource,proto3" json:"custom_resource,omitempty"`
+	SelectableFields []string `protobuf:"bytes,21,rep,name=selectable_fields,json=selectableFields,proto3" json:"selectable_fields,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ResourceStatus) Reset() {
@@ -1027,6 +1038,27 @@ func (x *ResourceStatus) GetIdleSeconds() uint64 {
 	return 0
 }
 
+func (x *ResourceStatus) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *ResourceStatus) GetCustomResource() bool {
+	if x != nil {
+		return x.CustomResource
+	}
+	return false
+}
+
+func (x *ResourceStatus) GetSelectableFields() []string {
+	if x != nil {
+		return x.SelectableFields
+	}
+	return nil
+}
+
 var File_kubefanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_kubefanout_v1_fanout_proto_rawDesc = "" +
@@ -1076,7 +1108,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x14ListResourcesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xc0\x05\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xb2\x06\n" +
 	"\x0eResourceStatus\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -1101,7 +1133,10 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\awatches\x18\x0f \x01(\x04R\awatches\x12\x1a\n" +
 	"\bfailures\x18\x10 \x01(\x04R\bfailures\x12-\n" +
 	"\x06origin\x18\x11 \x01(\x0e2\x15.kubefanout.v1.OriginR\x06origin\x12!\n" +
-	"\fidle_seconds\x18\x12 \x01(\x04R\vidleSeconds*[\n" +
+	"\fidle_seconds\x18\x12 \x01(\x04R\vidleSeconds\x12\x1a\n" +
+	"\bupstream\x18\x13 \x01(\tR\bupstream\x12'\n" +
+	"\x0fcustom_resource\x18\x14 \x01(\bR\x0ecustomResource\x12+\n" +
+	"\x11selectable_fields\x18\x15 \x03(\tR\x10selectableFields*[\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +

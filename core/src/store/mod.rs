@@ -306,6 +306,45 @@ impl Store {
         free_elsewhere(unchanged);
     }
 
+    /// [`replace`](Self::replace) on a blocking thread, in the caller's
+    /// span: after the first, a replace compares every object
+    /// (O(objects)), and must not hold one of the runtime's few workers
+    /// (and with them other types' writers and subscribers). The caller
+    /// is the store's one writer and waits here, so nothing else writes
+    /// meanwhile. A panic in it is resumed in the caller.
+    pub async fn replace_blocking(self: &Arc<Self>, objects: Vec<Object>, rv: ResourceVersion) {
+        let (store, span) = (self.clone(), tracing::Span::current());
+        let replaced =
+            tokio::task::spawn_blocking(move || span.in_scope(|| store.replace(objects, rv))).await;
+        if let Err(err) = replaced
+            && err.is_panic()
+        {
+            std::panic::resume_unwind(err.into_panic());
+        }
+    }
+
+    /// Applies a re-sync unit received whole from an upstream kube-fanout
+    /// (a tier's parent): `changes`, all at `rv`, are published as one
+    /// unit at `rv` in the order given, and the gap from the store's RV to
+    /// `rv` is recorded. Fed the parent's every event, the store's RV is
+    /// the parent's before its unit, so the gap is the parent's own; a
+    /// unit with no changes still records it.
+    ///
+    /// Only after the first [`replace`](Self::replace): a unit changes a
+    /// synced state. The map is read outside the ring's mutex for what
+    /// each change replaces, as [`replace`](Self::replace) does: the feed
+    /// is the only writer.
+    pub fn apply_unit(&self, changes: Vec<(EventKind, Object)>, rv: ResourceVersion) {
+        let changes = changes
+            .into_iter()
+            .map(|(kind, object)| {
+                let previous = self.objects.get(&object.key).map(|o| o.clone());
+                (kind, Arc::new(object), previous)
+            })
+            .collect();
+        self.publish_unit(changes, rv);
+    }
+
     /// Writes a relist's difference as one re-sync unit at `rv`.
     fn publish_unit(&self, changes: Vec<Change>, rv: ResourceVersion) {
         let _span = tracing::info_span!("unit", changes = changes.len(), %rv).entered();
@@ -565,6 +604,67 @@ mod tests {
         assert!(
             debug.contains("ConfigMap") && debug.contains("resource_version: ResourceVersion(2)"),
             "{debug}"
+        );
+    }
+
+    /// A parent's unit arrives at a leaf's store as the same unit: its
+    /// changes in its order, each with the state it replaces, all at its
+    /// RV and flagged, closed by a flagged bookmark, and the gap from the
+    /// store's RV to it recorded; an empty unit records its gap too.
+    #[test]
+    fn a_unit_from_upstream_is_published_whole_with_its_gap() {
+        use crate::fixtures::seen;
+        let store = Store::new(configmaps(), 100);
+        store.replace(
+            vec![object("a", 2, "{}"), object("b", 3, "{}")],
+            ResourceVersion(3),
+        );
+        store.bookmark(ResourceVersion(5));
+        let before = store.head();
+        store.apply_unit(
+            vec![
+                (EventKind::Deleted, object("a", 2, "{}")),
+                (EventKind::Modified, object("b", 8, r#"{"x":"y"}"#)),
+                (EventKind::Added, object("c", 7, "{}")),
+            ],
+            ResourceVersion(9),
+        );
+        let events = store.read_after(before.seq, 10).unwrap();
+        assert_eq!(
+            seen(&events),
+            [
+                (EventKind::Deleted, "a", 9, true),
+                (EventKind::Modified, "b", 9, true),
+                (EventKind::Added, "c", 9, true),
+                (EventKind::Bookmark, "", 9, true),
+            ]
+        );
+        let replaced: Vec<_> = events
+            .iter()
+            .map(|e| e.previous.as_ref().map(|p| p.resource_version.0))
+            .collect();
+        assert_eq!(replaced, [Some(2), Some(3), None, None]);
+        let keys: Vec<_> = store
+            .snapshot()
+            .objects
+            .iter()
+            .map(|o| o.key.clone())
+            .collect();
+        assert_eq!(keys, ["ns/b", "ns/c"]);
+        assert_eq!(store.head().resource_version, ResourceVersion(9));
+        store.apply_unit(Vec::new(), ResourceVersion(12));
+        assert_eq!(
+            store.status().gaps,
+            [
+                Gap {
+                    after: ResourceVersion(5),
+                    until: ResourceVersion(9)
+                },
+                Gap {
+                    after: ResourceVersion(9),
+                    until: ResourceVersion(12)
+                }
+            ]
         );
     }
 

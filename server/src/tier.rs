@@ -1,0 +1,75 @@
+//! A tier's leaf: every served type fed by a parent kube-fanout
+//! (`--upstream-fanout`) instead of a reflector on the API server, each in
+//! a task of its own.
+
+use std::sync::Arc;
+
+use kube_fanout_client::{Certificate, ClientConfig, ClientTlsConfig};
+use kube_fanout_core::{
+    dispatch::IndexFieldFlag,
+    object::Transform,
+    registry::{Served, ServedTypes},
+    resource::GroupVersionResource,
+    store::{HistoryLimits, Store},
+};
+use kube_fanout_tier::Feed;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span};
+
+use crate::{
+    discovery,
+    error::{ServeError, Tasks},
+    options::UpstreamFanout,
+};
+
+/// Asks the parent (the first of `parents` that answers) which of
+/// `resources` it serves, then starts a store and its feed for each, in
+/// `tasks` until `cancel` fires.
+pub(crate) async fn start(
+    parents: &UpstreamFanout,
+    resources: &[GroupVersionResource],
+    index_fields: &[IndexFieldFlag],
+    history: HistoryLimits,
+    transform: Transform,
+    tasks: &mut Tasks,
+    cancel: &CancellationToken,
+) -> Result<ServedTypes, ServeError> {
+    if let Some(flag) = index_fields.iter().find(|f| !resources.contains(&f.gvr)) {
+        return Err(ServeError::IndexFieldNotServed(flag.gvr.clone()));
+    }
+    let mut parent = client_config(parents)?.connect().await?;
+    let types = kube_fanout_tier::discover(&mut parent, resources).await?;
+    let mut cache = ServedTypes::default();
+    for (resource, indexed) in discovery::indexed(types, index_fields)? {
+        let span = info_span!("feed", resource = %resource.gvr);
+        let store = Arc::new(Store::with_index(resource, history, indexed));
+        let feed = Feed::new(parent.clone(), store.clone(), transform);
+        cache.insert(Served::new(store, feed.status()));
+        let cancel = cancel.clone();
+        tasks.spawn(
+            async move {
+                feed.run(cancel).await;
+                Ok(())
+            }
+            .instrument(span),
+        );
+    }
+    Ok(cache)
+}
+
+/// The client settings for `parents`: TLS with their CA when one is
+/// given, the token file when one is.
+fn client_config(parents: &UpstreamFanout) -> Result<ClientConfig, ServeError> {
+    let mut config = ClientConfig::new(parents.addresses.iter().cloned());
+    if let Some(ca) = &parents.ca_file {
+        let pem = std::fs::read(ca).map_err(|source| ServeError::ParentCa {
+            path: ca.clone(),
+            source,
+        })?;
+        config = config.tls(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)));
+    }
+    if let Some(token) = &parents.token_file {
+        config = config.bearer_token_file(token.clone());
+    }
+    Ok(config)
+}
