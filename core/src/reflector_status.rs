@@ -83,6 +83,10 @@ pub struct ReflectorStatus {
     /// The counters then count the leaf's snapshots (`lists`) and watches
     /// on its parent.
     pub parent: Option<String>,
+    /// The peer kube-fanout whose snapshot the store started from
+    /// (`--bootstrap-from`), before the reflector watched the API server
+    /// from its RV (`None`: the store started from the API server).
+    pub bootstrapped_from: Option<String>,
     /// Since when every LIST and WATCH has been answered 404 Not Found:
     /// the API server no longer serves the type (its CRD was deleted),
     /// or not yet. Cleared by the next one that succeeds.

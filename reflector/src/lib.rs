@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info};
 
 use kube_fanout_core::{
+    object::ResourceVersion,
     reflector_status::{Phase, ReflectorStatus},
     store::Store,
 };
@@ -100,9 +101,28 @@ impl Reflector {
         self.context.resync(SyncPoint::Start)
     }
 
+    /// The state of a reflector whose store another kube-fanout (`peer`)
+    /// has just filled with its snapshot at `rv`: a watch on the API
+    /// server from there. The switch-over is exact: the snapshot is the
+    /// state at `rv`, and the watch sends every change after it; an API
+    /// server that no longer holds `rv` answers 410, and the reflector
+    /// relists as after any, publishing the difference as a re-sync unit.
+    pub fn bootstrapped(&self, rv: ResourceVersion, peer: String) -> State {
+        let mut status = self.context.status.lock();
+        status.bootstrapped_from = Some(peer);
+        status.last_sync_resource_version = Some(rv);
+        status.last_upstream_at = Some(std::time::SystemTime::now());
+        State::Watch(rv)
+    }
+
     /// Runs until `cancel` fires; stops promptly, mid-request or mid-wait.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        let mut state = self.initial_state();
+    pub async fn run(self, cancel: CancellationToken) {
+        let state = self.initial_state();
+        self.run_from(state, cancel).await;
+    }
+
+    /// Runs from `state` until `cancel` fires (see [`Reflector::run`]).
+    pub async fn run_from(mut self, mut state: State, cancel: CancellationToken) {
         loop {
             state = tokio::select! {
                 biased;

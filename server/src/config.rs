@@ -27,7 +27,7 @@ use kube_fanout_reflector::ReflectorConfig;
 use kube_fanout_service::list_budget::ListBytesLimits;
 
 use crate::{
-    options::{ServerOptions, UpstreamFanout},
+    options::{Peers, ServerOptions},
     security::{AuditOptions, AuthOptions, Security},
 };
 
@@ -64,21 +64,40 @@ pub struct Config {
     )]
     pub upstream_fanout: Vec<String>,
 
-    /// The CA bundle (PEM) the parents' serving certificates chain to;
-    /// the parents are then reached over TLS.
-    #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_UPSTREAM_FANOUT_CA_FILE")]
-    pub upstream_fanout_ca_file: Option<PathBuf>,
-
-    /// A file holding the bearer token presented to the parents, read
-    /// again as it rotates: a projected service account token with the
-    /// parents' audience (--token-audience). Without TLS it is sent only
-    /// to loopback addresses' plaintext.
+    /// Take each type's first snapshot from one of these kube-fanout
+    /// replicas (or parents) and then watch the API server from its
+    /// resourceVersion, so that a restart costs the API server a watch, not
+    /// a LIST; the reflector lists as usual if none answers within
+    /// --bootstrap-timeout-seconds, and relists if the API server no
+    /// longer holds that resourceVersion. Addresses as for
+    /// --upstream-fanout; a Service in front of the replicas routes to the
+    /// ready ones, never to the starting replica itself.
     #[arg(
-        long,
-        value_name = "FILE",
-        env = "KUBE_FANOUT_UPSTREAM_FANOUT_TOKEN_FILE"
+        long = "bootstrap-from",
+        value_name = "ADDRESS",
+        env = "KUBE_FANOUT_BOOTSTRAP_FROM",
+        value_delimiter = ','
     )]
-    pub upstream_fanout_token_file: Option<PathBuf>,
+    pub bootstrap_from: Vec<String>,
+
+    /// How long a type's bootstrap from --bootstrap-from may take before
+    /// its reflector lists the API server instead.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_BOOTSTRAP_TIMEOUT_SECONDS")]
+    pub bootstrap_timeout_seconds: u64,
+
+    /// The CA bundle (PEM) that other kube-fanouts' serving certificates
+    /// (--upstream-fanout, --bootstrap-from) chain to; they are then
+    /// reached over TLS.
+    #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_PEER_CA_FILE")]
+    pub peer_ca_file: Option<PathBuf>,
+
+    /// A file holding the bearer token presented to other kube-fanouts
+    /// (--upstream-fanout, --bootstrap-from), read again as it rotates: a
+    /// projected service account token with their audience
+    /// (--token-audience). This server's identity must be allowed to list
+    /// and watch the types there.
+    #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_PEER_TOKEN_FILE")]
+    pub peer_token_file: Option<PathBuf>,
 
     /// Serve types not given with --resource on demand: a Watch, List or
     /// Get for one, once its caller is authorized, discovers it and starts
@@ -679,11 +698,24 @@ impl Config {
     }
 
     /// The parents a tier's leaf is fed by (`None`: the API server).
-    pub fn upstream_fanout(&self) -> Option<UpstreamFanout> {
-        (!self.upstream_fanout.is_empty()).then(|| UpstreamFanout {
-            addresses: self.upstream_fanout.clone(),
-            ca_file: self.upstream_fanout_ca_file.clone(),
-            token_file: self.upstream_fanout_token_file.clone(),
+    pub fn upstream_fanout(&self) -> Option<Peers> {
+        self.peers(&self.upstream_fanout)
+    }
+
+    /// The peers the reflectors bootstrap from, and for how long they may
+    /// try (`None`: they list).
+    pub fn bootstrap_from(&self) -> Option<(Peers, Duration)> {
+        let peers = self.peers(&self.bootstrap_from)?;
+        Some((peers, Duration::from_secs(self.bootstrap_timeout_seconds)))
+    }
+
+    /// `addresses` with the CA and token other kube-fanouts are reached
+    /// with (`None` when there are none).
+    fn peers(&self, addresses: &[String]) -> Option<Peers> {
+        (!addresses.is_empty()).then(|| Peers {
+            addresses: addresses.to_vec(),
+            ca_file: self.peer_ca_file.clone(),
+            token_file: self.peer_token_file.clone(),
         })
     }
 
@@ -702,6 +734,7 @@ impl Config {
         ServerOptions {
             resources: self.resources.clone(),
             upstream_fanout: self.upstream_fanout(),
+            bootstrap_from: self.bootstrap_from(),
             on_demand: self.on_demand(),
             index_fields: self.index_fields.clone(),
             reflector: self.reflector(),
@@ -731,16 +764,17 @@ mod tests {
     }
 
     /// A leaf's parents, in order, with their CA and token; none unless
-    /// given, and not with on-demand types (a leaf serves its --resource).
+    /// given, and not with on-demand types (a leaf serves its --resource);
+    /// the bootstrap peers with the same CA and token.
     #[test]
     fn upstream_fanout_names_the_parents_in_order() {
         assert!(parse(&[]).upstream_fanout().is_none());
         let leaf = parse(&[
             "--upstream-fanout",
             "https://a:50051,https://b:50051",
-            "--upstream-fanout-ca-file",
+            "--peer-ca-file",
             "ca.crt",
-            "--upstream-fanout-token-file",
+            "--peer-token-file",
             "token",
         ])
         .upstream_fanout()
@@ -748,6 +782,12 @@ mod tests {
         assert_eq!(leaf.addresses, ["https://a:50051", "https://b:50051"]);
         assert_eq!(leaf.ca_file, Some(PathBuf::from("ca.crt")));
         assert_eq!(leaf.token_file, Some(PathBuf::from("token")));
+        assert!(parse(&[]).bootstrap_from().is_none());
+        let (peers, timeout) = parse(&["--bootstrap-from", "https://svc:50051"])
+            .bootstrap_from()
+            .unwrap();
+        assert_eq!(peers.addresses, ["https://svc:50051"]);
+        assert_eq!(timeout, Duration::from_secs(30));
         let both = Config::try_parse_from([
             "kube-fanout",
             "--upstream-fanout",

@@ -25,11 +25,12 @@ pub enum ServeError {
         "--index-field {0}: not a served resource type (add it with --resource, or allow it with --on-demand-resources)"
     )]
     IndexFieldNotServed(GroupVersionResource),
-    /// The parent kube-fanout (`--upstream-fanout`) could not be reached.
+    /// The parent kube-fanout (`--upstream-fanout`) could not be reached
+    /// (or its address is not one).
     #[error("--upstream-fanout: {0}")]
     Parent(#[from] kube_fanout_client::ClientError),
-    /// The parents' CA bundle cannot be read.
-    #[error("--upstream-fanout-ca-file {}: {source}", path.display())]
+    /// The CA bundle of other kube-fanouts cannot be read.
+    #[error("--peer-ca-file {}: {source}", path.display())]
     ParentCa {
         /// The file.
         path: std::path::PathBuf,

@@ -21,7 +21,11 @@ pub struct ServerOptions {
     pub resources: Vec<GroupVersionResource>,
     /// The parents the types are fed from, for a tier's leaf (`None`: the
     /// API server, through one reflector each).
-    pub upstream_fanout: Option<UpstreamFanout>,
+    pub upstream_fanout: Option<Peers>,
+    /// The peers a reflector takes its first snapshot from before it
+    /// watches the API server from that snapshot's RV (`None`: it lists),
+    /// and for how long it tries.
+    pub bootstrap_from: Option<(Peers, Duration)>,
     /// The types served on demand besides them (`None`: none).
     pub on_demand: Option<OnDemandOptions>,
     /// Fields to index subscribers by besides every type's defaults.
@@ -58,9 +62,10 @@ pub struct ServerOptions {
     pub request_spans: bool,
 }
 
-/// The parent kube-fanouts a tier's leaf is fed by (`--upstream-fanout`).
+/// Other kube-fanouts this one reads from: a leaf's parents
+/// (`--upstream-fanout`), a starting replica's peers (`--bootstrap-from`).
 #[derive(Debug, Clone)]
-pub struct UpstreamFanout {
+pub struct Peers {
     /// Their addresses, in order of preference.
     pub addresses: Vec<String>,
     /// The CA their serving certificates chain to (TLS on when given).

@@ -90,11 +90,20 @@ pub async fn start(
                 options.on_demand.as_ref().map(|o| &o.allow),
             )
             .await?;
+            let bootstrap = match &options.bootstrap_from {
+                Some((peers, timeout)) => Some(reflectors::Bootstrap {
+                    peers: tier::client_config(peers)?.build()?,
+                    addresses: peers.addresses.len(),
+                    timeout: *timeout,
+                }),
+                None => None,
+            };
             reflectors::start(
                 &client,
                 types,
                 options.history,
                 options.reflector,
+                bootstrap.as_ref(),
                 &mut tasks,
                 &cancel,
             )

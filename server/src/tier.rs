@@ -19,14 +19,14 @@ use tracing::{Instrument, info_span};
 use crate::{
     discovery,
     error::{ServeError, Tasks},
-    options::UpstreamFanout,
+    options::Peers,
 };
 
 /// Asks the parent (the first of `parents` that answers) which of
 /// `resources` it serves, then starts a store and its feed for each, in
 /// `tasks` until `cancel` fires.
 pub(crate) async fn start(
-    parents: &UpstreamFanout,
+    parents: &Peers,
     resources: &[GroupVersionResource],
     index_fields: &[IndexFieldFlag],
     history: HistoryLimits,
@@ -57,18 +57,19 @@ pub(crate) async fn start(
     Ok(cache)
 }
 
-/// The client settings for `parents`: TLS with their CA when one is
-/// given, the token file when one is.
-fn client_config(parents: &UpstreamFanout) -> Result<ClientConfig, ServeError> {
-    let mut config = ClientConfig::new(parents.addresses.iter().cloned());
-    if let Some(ca) = &parents.ca_file {
+/// The client settings for `peers` (a leaf's parents, or a starting
+/// replica's peers): TLS with their CA when one is given, the token file
+/// when one is.
+pub(crate) fn client_config(peers: &Peers) -> Result<ClientConfig, ServeError> {
+    let mut config = ClientConfig::new(peers.addresses.iter().cloned());
+    if let Some(ca) = &peers.ca_file {
         let pem = std::fs::read(ca).map_err(|source| ServeError::ParentCa {
             path: ca.clone(),
             source,
         })?;
         config = config.tls(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)));
     }
-    if let Some(token) = &parents.token_file {
+    if let Some(token) = &peers.token_file {
         config = config.bearer_token_file(token.clone());
     }
     Ok(config)

@@ -308,6 +308,7 @@ impl FanoutService {
                 .parent
                 .as_ref()
                 .map_or_else(|| "api-server".to_owned(), |p| format!("kube-fanout {p}")),
+            bootstrapped_from: reflector.bootstrapped_from.clone().unwrap_or_default(),
             custom_resource: resource.fields.custom_json_paths().is_some(),
             selectable_fields: resource.fields.custom_json_paths().unwrap_or_default(),
             origin: match served.origin {

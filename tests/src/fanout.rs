@@ -63,6 +63,7 @@ impl Fanout {
             connections: ConnectionLimits::default(),
             request_spans: false,
             upstream_fanout: None,
+            bootstrap_from: None,
             on_demand: None,
         };
         adjust(&mut options);

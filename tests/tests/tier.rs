@@ -10,7 +10,7 @@ use std::{net::SocketAddr, time::Duration};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube_fanout::options::UpstreamFanout;
+use kube_fanout::options::Peers;
 use kube_fanout_client::proto::{EventType, WatchEvent, WatchRequest};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port},
@@ -30,7 +30,7 @@ async fn leaf(cp: &ControlPlane, parents: &[&Fanout]) -> Result<Fanout> {
 async fn leaf_of(cp: &ControlPlane, addresses: Vec<SocketAddr>) -> Result<Fanout> {
     let addresses = addresses.iter().map(|a| format!("http://{a}")).collect();
     let leaf = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
-        o.upstream_fanout = Some(UpstreamFanout {
+        o.upstream_fanout = Some(Peers {
             addresses,
             ca_file: None,
             token_file: None,

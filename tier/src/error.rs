@@ -28,6 +28,9 @@ pub enum FeedError {
         /// Whether the event was flagged as part of a unit.
         resync: bool,
     },
+    /// A bootstrap's time ran out before its snapshot was whole.
+    #[error("the snapshot from the peer did not finish in time")]
+    Deadline,
     /// A resourceVersion that is not an etcd revision.
     #[error("the parent kube-fanout sent resourceVersion {}, not an etcd revision", quote(.0))]
     ResourceVersion(String),

@@ -35,6 +35,8 @@ pub struct Feed {
     status: Arc<Mutex<ReflectorStatus>>,
     /// What is cut from each object (the reflector's own transform).
     transform: Transform,
+    /// When every watch ends, for a bootstrap ([`Feed::first_snapshot`]).
+    deadline: Option<Instant>,
     /// kube-runtime's default: 0.8 s doubling to 30 s, jittered, reset
     /// after 2 minutes without a failure (the reflector's own schedule).
     backoff: DefaultBackoff,
@@ -53,6 +55,7 @@ impl Feed {
             store,
             status: Arc::new(Mutex::new(status)),
             transform,
+            deadline: None,
             backoff: DefaultBackoff::default(),
         }
     }
@@ -77,6 +80,40 @@ impl Feed {
                 next = self.step(state) => next,
             };
         }
+    }
+
+    /// Takes one snapshot into the store by `deadline`, for a replica
+    /// that then watches the API server from its RV (`--bootstrap-from`):
+    /// each of the `addresses` is tried once, in order, and the RV is
+    /// returned with the address that sent it; `None` (each failure
+    /// logged) when none could. The deadline ends the watch, never the
+    /// store's replace: once the snapshot is whole it is stored, so that
+    /// no write to the store is still in flight when this returns.
+    pub async fn first_snapshot(
+        &mut self,
+        addresses: usize,
+        deadline: Instant,
+    ) -> Option<(ResourceVersion, String)> {
+        self.deadline = Some(deadline);
+        for _ in 0..addresses {
+            let mut state = State::Snapshot;
+            loop {
+                state = match self.step(state).await {
+                    State::Following { .. } => {
+                        let rv = self.store.head().resource_version;
+                        return Some((rv, self.parent.address()));
+                    }
+                    State::Backoff { .. } | State::Renew { .. } => break,
+                    next => next,
+                };
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            let moved = self.parent.reconnect().await;
+            self.moved(moved);
+        }
+        None
     }
 
     /// Performs one state and returns the next: at most one open, one
@@ -189,17 +226,23 @@ impl Feed {
             allow_bookmarks: true,
             ..WatchRequest::default()
         };
-        let stream = self
-            .parent
-            .grpc()
-            .watch(request)
-            .await
-            .map_err(FeedError::Status)?
-            .into_inner();
+        let watch = self.parent.grpc().watch(request);
+        let response = match self.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, watch)
+                .await
+                .map_err(|_| FeedError::Deadline)?,
+            None => watch.await,
+        };
+        let stream = response.map_err(FeedError::Status)?.into_inner();
         let mut status = self.status.lock();
         status.watches += 1;
         status.failing_since = None;
-        Ok(stream.boxed())
+        Ok(match self.deadline {
+            Some(deadline) => stream
+                .take_until(tokio::time::sleep_until(deadline))
+                .boxed(),
+            None => stream.boxed(),
+        })
     }
 
     /// Takes one event of the unit at `rv` (the closing bookmark applies

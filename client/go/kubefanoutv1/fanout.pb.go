@@ -878,6 +878,11 @@ type ResourceStatus struct {
 	// selectors as its parent.
 	CustomResource   bool     `protobuf:"varint,20,opt,name=custom_resource,json=customResource,proto3" json:"custom_resource,omitempty"`
 	SelectableFields []string `protobuf:"bytes,21,rep,name=selectable_fields,json=selectableFields,proto3" json:"selectable_fields,omitempty"`
+	// The peer kube-fanout whose snapshot the cache started from
+	// (--bootstrap-from) before it watched the API server from that
+	// snapshot's resourceVersion; empty when it started with its own LIST
+	// (or watch-list) of the API server.
+	BootstrappedFrom string `protobuf:"bytes,22,opt,name=bootstrapped_from,json=bootstrappedFrom,proto3" json:"bootstrapped_from,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1059,6 +1064,13 @@ func (x *ResourceStatus) GetSelectableFields() []string {
 	return nil
 }
 
+func (x *ResourceStatus) GetBootstrappedFrom() string {
+	if x != nil {
+		return x.BootstrappedFrom
+	}
+	return ""
+}
+
 var File_kubefanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_kubefanout_v1_fanout_proto_rawDesc = "" +
@@ -1108,7 +1120,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x14ListResourcesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xb2\x06\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xdf\x06\n" +
 	"\x0eResourceStatus\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -1136,7 +1148,8 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\fidle_seconds\x18\x12 \x01(\x04R\vidleSeconds\x12\x1a\n" +
 	"\bupstream\x18\x13 \x01(\tR\bupstream\x12'\n" +
 	"\x0fcustom_resource\x18\x14 \x01(\bR\x0ecustomResource\x12+\n" +
-	"\x11selectable_fields\x18\x15 \x03(\tR\x10selectableFields*[\n" +
+	"\x11selectable_fields\x18\x15 \x03(\tR\x10selectableFields\x12+\n" +
+	"\x11bootstrapped_from\x18\x16 \x01(\tR\x10bootstrappedFrom*[\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
