@@ -248,6 +248,33 @@ impl Collector for CacheCollector {
                 ConstCounter::new(count).encode(errors.encode_family(&labels)?)?;
             }
         }
+        let mut upstream = encoder.encode_descriptor(
+            "kube_fanout_upstream_info",
+            "Where the type is fed from: upstream \"api-server\" (its own reflector) or \"kube-fanout\" (a tier's leaf, address its parent now); bootstrapped_from, the peer its first snapshot came from (--bootstrap-from), if any. Always 1.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, scraped) in &states {
+            let reflector = &scraped.reflector;
+            let mut labels = labels.clone();
+            labels.extend([
+                (
+                    "upstream",
+                    if reflector.parent.is_some() {
+                        "kube-fanout"
+                    } else {
+                        "api-server"
+                    }
+                    .to_owned(),
+                ),
+                ("address", reflector.parent.clone().unwrap_or_default()),
+                (
+                    "bootstrapped_from",
+                    reflector.bootstrapped_from.clone().unwrap_or_default(),
+                ),
+            ]);
+            ConstGauge::new(1i64).encode(upstream.encode_family(&labels)?)?;
+        }
         for family in FAMILIES {
             let mut metric =
                 encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
@@ -638,6 +665,7 @@ mod tests {
         let reflector = Arc::new(Mutex::new(ReflectorStatus {
             watches: 2,
             failures: 1,
+            bootstrapped_from: Some("http://peer:50051/".into()),
             last_upstream_at: Some(
                 std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000),
             ),
@@ -686,6 +714,7 @@ mod tests {
             // counts, not readers): none is behind.
             r#"kube_fanout_subscriber_lag_events{resource="v1/configmaps"} 0"#,
             r#"kube_fanout_subscriber_lag_bytes{resource="v1/configmaps"} 0"#,
+            r#"kube_fanout_upstream_info{resource="v1/configmaps",upstream="api-server",address="",bootstrapped_from="http://peer:50051/"} 1"#,
             history_line.as_str(),
         ] {
             assert!(

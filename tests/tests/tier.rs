@@ -154,6 +154,15 @@ async fn a_leaf_serves_its_parents_state_at_its_rvs_and_the_api_server_sees_only
     );
     assert_eq!(configmaps.kind, "ConfigMap");
     assert!(configmaps.namespaced);
+    let metrics = http_get(leaf.metrics_addr.context("metrics")?, "/metrics").await?;
+    let info = format!(
+        r#"kube_fanout_upstream_info{{resource="v1/configmaps",upstream="kube-fanout",address="http://{}/",bootstrapped_from=""}} 1"#,
+        parent.addr
+    );
+    assert!(
+        metrics.lines().any(|l| l == info),
+        "{info} not in\n{metrics}"
+    );
     let parent_status = parent.client().await?.list_resources().await?.resources;
     assert_eq!(parent_status[0].upstream, "api-server");
     assert_eq!(
