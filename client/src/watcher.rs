@@ -67,7 +67,7 @@ mod source;
 mod state;
 
 pub use change::{Change, WatchError};
-use source::Source;
+pub use source::{EventStream, Source};
 
 /// Watches `api`'s objects matching `config`'s label and field selectors,
 /// resuming by itself; errors are typed (see [`WatchError`]).

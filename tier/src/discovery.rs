@@ -68,3 +68,40 @@ fn resource_type(
         fields,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(kind: &str, namespaced: bool, custom: bool, fields: &[&str]) -> ResourceStatus {
+        ResourceStatus {
+            kind: kind.into(),
+            namespaced,
+            custom_resource: custom,
+            selectable_fields: fields.iter().map(|f| (*f).to_owned()).collect(),
+            ..ResourceStatus::default()
+        }
+    }
+
+    /// A leaf accepts the field selectors its parent does: a built-in
+    /// kind's own (a pod's spec.nodeName), a custom resource's declared
+    /// ones, and refuses a field the parent's type does not have.
+    #[test]
+    fn a_leaf_takes_its_parents_fields() {
+        let pods: GroupVersionResource = "v1/pods".parse().unwrap();
+        let pod = resource_type(&pods, &status("Pod", true, false, &[])).unwrap();
+        assert_eq!(pod.fields, SelectableFields::builtin("v1", "Pod").unwrap());
+        assert!(pod.fields.labels().contains(&"spec.nodeName"));
+        let widgets: GroupVersionResource = "example.com/v1/widgets".parse().unwrap();
+        let widget =
+            resource_type(&widgets, &status("Widget", false, true, &[".spec.color"])).unwrap();
+        assert_eq!(widget.fields.labels(), ["metadata.name", "spec.color"]);
+        assert!(!widget.namespaced);
+        let plain = resource_type(&widgets, &status("Widget", true, false, &[])).unwrap();
+        assert_eq!(plain.fields, SelectableFields::default());
+        assert!(matches!(
+            resource_type(&widgets, &status("Widget", true, true, &["spec[0]"])),
+            Err(DiscoveryError::SelectableField { .. })
+        ));
+    }
+}

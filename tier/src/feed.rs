@@ -5,8 +5,9 @@ use std::{str::FromStr, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube_fanout_client::{
-    Client,
+    Client, ClientError,
     proto::{EventType, ResourceRef, WatchEvent, WatchRequest},
+    watcher::Source,
 };
 use kube_fanout_core::{
     event::EventKind,
@@ -28,9 +29,10 @@ use crate::{
     state::{Events, State},
 };
 
-/// Keeps one store equal to the parent's.
-pub struct Feed {
-    parent: Client,
+/// Keeps one store equal to the parent's, through `P`: a [`Client`], or a
+/// script in the tests.
+pub struct Feed<P = Client> {
+    parent: P,
     store: Arc<Store>,
     status: Arc<Mutex<ReflectorStatus>>,
     /// What is cut from each object (the reflector's own transform).
@@ -42,10 +44,10 @@ pub struct Feed {
     backoff: DefaultBackoff,
 }
 
-impl Feed {
+impl<P: Source> Feed<P> {
     /// A feed filling `store` from `parent`, each object cut by
     /// `transform` as the reflector's would be.
-    pub fn new(parent: Client, store: Arc<Store>, transform: Transform) -> Self {
+    pub fn new(parent: P, store: Arc<Store>, transform: Transform) -> Self {
         let status = ReflectorStatus {
             parent: Some(parent.address()),
             ..ReflectorStatus::default()
@@ -226,14 +228,14 @@ impl Feed {
             allow_bookmarks: true,
             ..WatchRequest::default()
         };
-        let watch = self.parent.grpc().watch(request);
-        let response = match self.deadline {
+        let watch = self.parent.open(request);
+        let opened = match self.deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, watch)
                 .await
                 .map_err(|_| FeedError::Deadline)?,
             None => watch.await,
         };
-        let stream = response.map_err(FeedError::Status)?.into_inner();
+        let stream = opened.map_err(FeedError::Status)?;
         let mut status = self.status.lock();
         status.watches += 1;
         status.failing_since = None;
@@ -241,7 +243,7 @@ impl Feed {
             Some(deadline) => stream
                 .take_until(tokio::time::sleep_until(deadline))
                 .boxed(),
-            None => stream.boxed(),
+            None => stream,
         })
     }
 
@@ -331,7 +333,7 @@ impl Feed {
     }
 
     /// Notes the parent now in use after a move (or why there is none).
-    fn moved(&mut self, outcome: Result<(), kube_fanout_client::ClientError>) {
+    fn moved(&mut self, outcome: Result<(), ClientError>) {
         if let Err(err) = outcome {
             warn!(error = %err, "no parent kube-fanout reachable; will retry");
         }

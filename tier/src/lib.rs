@@ -30,6 +30,8 @@ mod discovery;
 mod error;
 mod feed;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use discovery::{DiscoveryError, discover};
 pub use error::FeedError;

@@ -21,16 +21,13 @@
 
 use std::{fmt, time::Duration};
 
-use futures::stream::BoxStream;
-use kube_fanout_client::proto::WatchEvent;
 use kube_fanout_core::{
     event::EventKind,
     object::{Object, ResourceVersion},
 };
-use tonic::Status;
 
 /// The events of one watch on the parent.
-pub(crate) type Events = BoxStream<'static, Result<WatchEvent, Status>>;
+pub(crate) use kube_fanout_client::watcher::EventStream as Events;
 
 /// Where a feed is (see the module docs).
 pub enum State {

@@ -1,5 +1,5 @@
 //! Where a watch's events come from: a kube-fanout server, or a script in
-//! the unit tests.
+//! the unit tests (this crate's, and a tier's feed's).
 
 use std::future::Future;
 
@@ -13,10 +13,11 @@ use crate::{
 };
 
 /// A stream of raw events from one `Watch` call.
-pub(super) type EventStream = BoxStream<'static, Result<WatchEvent, Status>>;
+pub type EventStream = BoxStream<'static, Result<WatchEvent, Status>>;
 
-/// Opens watches, and moves to another server after a failure.
-pub(super) trait Source: Send + 'static {
+/// Opens watches, and moves to another server after a failure: what a
+/// watch's state machine needs of its connection ([`Client`] is one).
+pub trait Source: Send + 'static {
     /// Starts a watch.
     fn open(
         &mut self,
@@ -27,6 +28,8 @@ pub(super) trait Source: Send + 'static {
     /// Opens a new connection to the same server, after it retired the
     /// current one.
     fn renew(&mut self) -> impl Future<Output = Result<(), ClientError>> + Send;
+    /// The server in use, for status and logs.
+    fn address(&self) -> String;
 }
 
 impl Source for Client {
@@ -40,5 +43,9 @@ impl Source for Client {
 
     async fn renew(&mut self) -> Result<(), ClientError> {
         Client::renew(self).await
+    }
+
+    fn address(&self) -> String {
+        Client::address(self)
     }
 }

@@ -103,6 +103,10 @@ impl Source for Script {
         *self.renewals.lock().unwrap() += 1;
         Ok(())
     }
+
+    fn address(&self) -> String {
+        "script".into()
+    }
 }
 
 fn event(kind: EventType, name: &str, rv: u64) -> Step {
