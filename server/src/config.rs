@@ -91,6 +91,13 @@ pub struct Config {
     #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_PEER_CA_FILE")]
     pub peer_ca_file: Option<PathBuf>,
 
+    /// The name to verify other kube-fanouts' certificates as
+    /// (--upstream-fanout, --bootstrap-from), when they are addressed by
+    /// IP (say, a Service's cluster IP where pods have no cluster DNS);
+    /// by default each address's own host.
+    #[arg(long, value_name = "NAME", env = "KUBE_FANOUT_PEER_TLS_SERVER_NAME")]
+    pub peer_tls_server_name: Option<String>,
+
     /// A file holding the bearer token presented to other kube-fanouts
     /// (--upstream-fanout, --bootstrap-from), read again as it rotates: a
     /// projected service account token with their audience
@@ -715,6 +722,7 @@ impl Config {
         (!addresses.is_empty()).then(|| Peers {
             addresses: addresses.to_vec(),
             ca_file: self.peer_ca_file.clone(),
+            tls_server_name: self.peer_tls_server_name.clone(),
             token_file: self.peer_token_file.clone(),
         })
     }
@@ -783,10 +791,16 @@ mod tests {
         assert_eq!(leaf.ca_file, Some(PathBuf::from("ca.crt")));
         assert_eq!(leaf.token_file, Some(PathBuf::from("token")));
         assert!(parse(&[]).bootstrap_from().is_none());
-        let (peers, timeout) = parse(&["--bootstrap-from", "https://svc:50051"])
-            .bootstrap_from()
-            .unwrap();
-        assert_eq!(peers.addresses, ["https://svc:50051"]);
+        let (peers, timeout) = parse(&[
+            "--bootstrap-from",
+            "https://10.0.0.9:50051",
+            "--peer-tls-server-name",
+            "svc.ns.svc",
+        ])
+        .bootstrap_from()
+        .unwrap();
+        assert_eq!(peers.addresses, ["https://10.0.0.9:50051"]);
+        assert_eq!(peers.tls_server_name.as_deref(), Some("svc.ns.svc"));
         assert_eq!(timeout, Duration::from_secs(30));
         let both = Config::try_parse_from([
             "kube-fanout",

@@ -70,6 +70,9 @@ pub struct Peers {
     pub addresses: Vec<String>,
     /// The CA their serving certificates chain to (TLS on when given).
     pub ca_file: Option<PathBuf>,
+    /// The name their certificates are verified as, if not their
+    /// addresses' hosts.
+    pub tls_server_name: Option<String>,
     /// The bearer token presented to them, re-read as it rotates.
     pub token_file: Option<PathBuf>,
 }

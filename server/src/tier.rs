@@ -67,7 +67,11 @@ pub(crate) fn client_config(peers: &Peers) -> Result<ClientConfig, ServeError> {
             path: ca.clone(),
             source,
         })?;
-        config = config.tls(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)));
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+        if let Some(name) = &peers.tls_server_name {
+            tls = tls.domain_name(name.clone());
+        }
+        config = config.tls(tls);
     }
     if let Some(token) = &peers.token_file {
         config = config.bearer_token_file(token.clone());

@@ -132,8 +132,13 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
             anyhow::Ok(written)
         })
     };
-    upgrade_keeping_values(&helm, "config.logLevel=debug").await?;
+    // The new pods start from the old ones' snapshots; with no cluster
+    // DNS here they reach them at the Service's IP (the certificate still
+    // verified as its DNS name).
+    let replicas = format!("config.logLevel=debug,replicasAddress=https://{service_ip}:50051");
+    upgrade_keeping_values(&helm, &replicas).await?;
     wait_rolled_out(&cluster, 2).await?;
+    check_started_from_peers(&kube).await?;
     stop.cancel();
     written.extend(writer.await??);
     let during = rollout.check_one_at_a_time()?;
@@ -174,6 +179,35 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
             Ok(left.items.is_empty().then_some(()))
         })
         .await?;
+    Ok(())
+}
+
+/// After a rollout every new pod took its first snapshot from a ready
+/// peer through the Service (TLS with the chart's CA, a projected token for
+/// the audience kube-fanout, the peer's SubjectAccessReview for list and
+/// watch) instead of the API server (`bootstrapFromPeers`, on by default):
+/// its log says so.
+async fn check_started_from_peers(kube: &kube::Client) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NAMESPACE);
+    let listed = pods.list(&ListParams::default().labels(SELECTOR)).await?;
+    ensure!(
+        listed.items.len() == REPLICAS,
+        "{} pods after the rollout",
+        listed.items.len()
+    );
+    for pod in listed.items {
+        let name = pod.metadata.name.context("a pod's name")?;
+        let log = pods.logs(&name, &LogParams::default()).await?;
+        ensure!(
+            log.contains("started from a peer's snapshot"),
+            "pod {name} did not start from a peer's snapshot; its log of it:\n{}",
+            log.lines()
+                .filter(|l| l.contains("feed") || l.contains("peer") || l.contains("WARN"))
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
     Ok(())
 }
 

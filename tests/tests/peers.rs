@@ -44,6 +44,7 @@ fn from_peers(base: &ServerOptions, peers: &[SocketAddr]) -> ServerOptions {
         Peers {
             addresses: peers.iter().map(|a| format!("http://{a}")).collect(),
             ca_file: None,
+            tls_server_name: None,
             token_file: None,
         },
         Duration::from_secs(20),

@@ -33,6 +33,7 @@ async fn leaf_of(cp: &ControlPlane, addresses: Vec<SocketAddr>) -> Result<Fanout
         o.upstream_fanout = Some(Peers {
             addresses,
             ca_file: None,
+            tls_server_name: None,
             token_file: None,
         });
     })

@@ -95,9 +95,14 @@ secret:
 {{- end }}
 {{- end }}
 
-{{/* The serving certificate's DNS names: the Service's, and any extra. */}}
+{{/* The serving certificate's DNS names: the Service's (and the
+node-local tier's, when on), and any extra. */}}
 {{- define "kube-fanout.dnsNames" -}}
 {{- $names := list (include "kube-fanout.fullname" .) (printf "%s.%s" (include "kube-fanout.fullname" .) .Release.Namespace) (include "kube-fanout.serviceHost" .) (printf "%s.cluster.local" (include "kube-fanout.serviceHost" .)) }}
+{{- if .Values.nodeLocal.enabled }}
+{{- $local := printf "%s.%s.svc" (include "kube-fanout.nodeLocalName" .) .Release.Namespace }}
+{{- $names = concat $names (list $local (printf "%s.cluster.local" $local)) }}
+{{- end }}
 {{- toJson (concat $names .Values.tls.extraDnsNames) }}
 {{- end }}
 
@@ -176,6 +181,12 @@ the core group spelt core). The schema has already checked each entry's form.
 {{- if and .Values.tls.existingSecret .Values.tls.certManager.enabled }}
 {{- fail "tls.existingSecret and tls.certManager.enabled are alternatives: set one" }}
 {{- end }}
+{{- if and .Values.nodeLocal.enabled .Values.onDemand.resources }}
+{{- fail "nodeLocal.enabled: a leaf serves the types it is started with; onDemand.resources cannot be served by the node-local tier" }}
+{{- end }}
+{{- if and .Values.nodeLocal.enabled .Values.auth.enabled (not .Values.tls.enabled) }}
+{{- fail "nodeLocal.enabled with auth on needs TLS: each leaf shows the replicas a token, which plaintext would give away to anyone on the network" }}
+{{- end }}
 {{- if and .Values.tls.certManager.enabled (not .Values.tls.certManager.issuerRef.name) }}
 {{- fail "tls.certManager.enabled needs tls.certManager.issuerRef.name (an Issuer or ClusterIssuer)" }}
 {{- end }}
@@ -252,5 +263,76 @@ grpc:
   {{- if eq $mode "grpcTLS" }}
   mode: TLS
   {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The node-local tier's selector labels: a name of its own, so that
+neither the Deployment, the Service, the PodDisruptionBudget nor the
+NetworkPolicy of the replicas selects its pods. */}}
+{{- define "kube-fanout.nodeLocalSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-node-local" (include "kube-fanout.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node-local
+{{- end }}
+
+{{/* A pod's labels by role (list root role): "replica" or "nodeLocal". */}}
+{{- define "kube-fanout.roleLabels" -}}
+{{- $root := index . 0 }}
+{{- if eq (index . 1) "replica" }}
+{{- include "kube-fanout.labels" $root }}
+{{- else -}}
+helm.sh/chart: {{ include "kube-fanout.chart" $root }}
+{{ include "kube-fanout.nodeLocalSelectorLabels" $root }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+{{- end }}
+{{- end }}
+
+{{/* The node-local tier's Service name and in-cluster DNS name. */}}
+{{- define "kube-fanout.nodeLocalName" -}}
+{{- printf "%s-node-local" (include "kube-fanout.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "true" when the replicas start from each other's snapshots: more
+than one, and a token to show each other that is not sent in plaintext
+(with TLS off and auth on they list, as before). */}}
+{{- define "kube-fanout.bootstraps" -}}
+{{- if and .Values.bootstrapFromPeers.enabled (gt (int .Values.replicaCount) 1) (or .Values.tls.enabled (not .Values.auth.enabled)) }}true{{ end }}
+{{- end }}
+
+{{/* The replicas' Service as another kube-fanout's upstream
+(replicasAddress when set). */}}
+{{- define "kube-fanout.peerAddress" -}}
+{{- if .Values.replicasAddress }}
+{{- .Values.replicasAddress }}
+{{- else }}
+{{- printf "%s://%s:%v" (ternary "https" "http" .Values.tls.enabled) (include "kube-fanout.serviceHost" .) .Values.service.grpcPort }}
+{{- end }}
+{{- end }}
+
+{{/* The CA and token flags for reaching the replicas (see _pod.tpl's
+peer volume). */}}
+{{- define "kube-fanout.peerArgs" -}}
+{{- if .Values.tls.enabled }}
+- "--peer-ca-file=/etc/kube-fanout/peer/ca.crt"
+- {{ printf "--peer-tls-server-name=%v" (include "kube-fanout.serviceHost" .) | quote }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+- "--peer-token-file=/etc/kube-fanout/peer/token"
+{{- end }}
+{{- end }}
+
+{{/* A pod's flags by role (list root role): the replicas' bootstrap from
+each other, or a leaf's upstream. */}}
+{{- define "kube-fanout.roleArgs" -}}
+{{- $root := index . 0 }}
+{{- include "kube-fanout.args" $root }}
+{{- if eq (index . 1) "nodeLocal" }}
+- {{ printf "--upstream-fanout=%v" (include "kube-fanout.peerAddress" $root) | quote }}
+{{- include "kube-fanout.peerArgs" $root }}
+{{- else if include "kube-fanout.bootstraps" $root }}
+- {{ printf "--bootstrap-from=%v" (include "kube-fanout.peerAddress" $root) | quote }}
+- {{ printf "--bootstrap-timeout-seconds=%v" (int64 $root.Values.bootstrapFromPeers.timeoutSeconds) | quote }}
+{{- include "kube-fanout.peerArgs" $root }}
 {{- end }}
 {{- end }}
