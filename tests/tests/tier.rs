@@ -21,6 +21,23 @@ use tonic::{Code, Streaming};
 
 const NS: &str = "tier";
 
+/// A control plane holding the namespace with cm-0 .. cm-5.
+async fn control_plane() -> Result<ControlPlane> {
+    let cp = ControlPlane::start().await?;
+    create_namespace(&cp.client, NS).await?;
+    for i in 0..6 {
+        create_configmap(&cp.client, NS, &format!("cm-{i}"), "x").await?;
+    }
+    Ok(cp)
+}
+
+/// A synced kube-fanout on the API server, serving configmaps: a parent.
+async fn replica(cp: &ControlPlane) -> Result<Fanout> {
+    let replica = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
+    replica.wait_synced().await?;
+    Ok(replica)
+}
+
 /// A leaf of `parents` (their addresses in order), serving configmaps.
 async fn leaf(cp: &ControlPlane, parents: &[&Fanout]) -> Result<Fanout> {
     leaf_of(cp, parents.iter().map(|p| p.addr).collect()).await
@@ -109,13 +126,8 @@ async fn api_server_load(cp: &ControlPlane) -> Result<(f64, f64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_serves_its_parents_state_at_its_rvs_and_the_api_server_sees_only_the_parent()
 -> Result<()> {
-    let cp = ControlPlane::start().await?;
-    create_namespace(&cp.client, NS).await?;
-    for i in 0..6 {
-        create_configmap(&cp.client, NS, &format!("cm-{i}"), "x").await?;
-    }
-    let parent = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
-    parent.wait_synced().await?;
+    let cp = control_plane().await?;
+    let parent = replica(&cp).await?;
     let before = api_server_load(&cp).await?;
     assert!(before.0 >= 1.0, "the parent's watch is counted: {before:?}");
 
@@ -190,13 +202,8 @@ async fn a_leaf_serves_its_parents_state_at_its_rvs_and_the_api_server_sees_only
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parents_resync_unit_reaches_the_leafs_subscribers_as_the_same_unit_with_its_gap()
 -> Result<()> {
-    let mut cp = ControlPlane::start().await?;
-    create_namespace(&cp.client, NS).await?;
-    for i in 0..6 {
-        create_configmap(&cp.client, NS, &format!("cm-{i}"), "x").await?;
-    }
-    let parent = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
-    parent.wait_synced().await?;
+    let mut cp = control_plane().await?;
+    let parent = replica(&cp).await?;
     let leaf = leaf(&cp, &[&parent]).await?;
     let mut on_parent = parent.client().await?.watch(watch_list(NS)).await?;
     let mut on_leaf = leaf.client().await?.watch(watch_list(NS)).await?;
@@ -291,15 +298,9 @@ async fn read_unit(stream: &mut Streaming<WatchEvent>) -> Result<Vec<Seen>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_whose_parent_goes_away_resumes_on_the_next_losing_and_repeating_nothing()
 -> Result<()> {
-    let cp = ControlPlane::start().await?;
-    create_namespace(&cp.client, NS).await?;
-    for i in 0..6 {
-        create_configmap(&cp.client, NS, &format!("cm-{i}"), "x").await?;
-    }
-    let first = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
-    let second = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
-    first.wait_synced().await?;
-    second.wait_synced().await?;
+    let cp = control_plane().await?;
+    let first = replica(&cp).await?;
+    let second = replica(&cp).await?;
     let leaf = leaf(&cp, &[&first, &second]).await?;
     let mut on_leaf = leaf.client().await?.watch(watch_list(NS)).await?;
     read_snapshot(&mut on_leaf).await?;
@@ -338,13 +339,8 @@ async fn a_leaf_whose_parent_goes_away_resumes_on_the_next_losing_and_repeating_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaf_whose_next_parent_no_longer_holds_its_rv_publishes_the_new_snapshots_difference_as_a_unit()
 -> Result<()> {
-    let cp = ControlPlane::start().await?;
-    create_namespace(&cp.client, NS).await?;
-    for i in 0..6 {
-        create_configmap(&cp.client, NS, &format!("cm-{i}"), "x").await?;
-    }
-    let first = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
-    first.wait_synced().await?;
+    let cp = control_plane().await?;
+    let first = replica(&cp).await?;
     let later: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
     let leaf = leaf_of(&cp, vec![first.addr, later]).await?;
     let mut on_leaf = leaf.client().await?.watch(watch_list(NS)).await?;
