@@ -275,6 +275,7 @@ impl FanoutService {
             let snapshot = served.store.snapshot();
             namespace_range(&snapshot.objects, namespace).len() as u64
         };
+        let custom_fields = resource.fields.custom_json_paths();
         pb::ResourceStatus {
             resource: Some(pb::ResourceRef {
                 group: resource.gvr.group.clone(),
@@ -309,8 +310,8 @@ impl FanoutService {
                 .as_ref()
                 .map_or_else(|| "api-server".to_owned(), |p| format!("kube-fanout {p}")),
             bootstrapped_from: reflector.bootstrapped_from.clone().unwrap_or_default(),
-            custom_resource: resource.fields.custom_json_paths().is_some(),
-            selectable_fields: resource.fields.custom_json_paths().unwrap_or_default(),
+            custom_resource: custom_fields.is_some(),
+            selectable_fields: custom_fields.unwrap_or_default(),
             origin: match served.origin {
                 Origin::Configured => pb::Origin::Configured,
                 Origin::OnDemand => pb::Origin::OnDemand,
