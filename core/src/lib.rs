@@ -7,7 +7,8 @@
 //! (configured, and started [`on_demand`]), the event vocabulary
 //! ([`event`]), the per-type [`store`] (ring, history, relist, snapshots),
 //! the [`dispatch`] of events to subscribers, [`subscription`]s, List
-//! [`paging`], the encode-once [`codec`] of Watch events, and the bounded
+//! [`paging`], the encode-once [`codec`] of Watch events, snapshots whose
+//! encoding subscribers share ([`shared_snapshot`]), and the bounded
 //! [`quote`] of a caller's input in errors. Every error is typed
 //! (thiserror); the gRPC layer above maps them to statuses.
 //!
@@ -32,6 +33,7 @@ pub mod reflector_status;
 pub mod registry;
 pub mod resource;
 pub mod served;
+pub mod shared_snapshot;
 mod sparse;
 pub mod store;
 pub mod subscription;

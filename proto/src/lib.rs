@@ -204,6 +204,18 @@ pub mod wire {
             buf.into()
         }
 
+        /// Appends the message as gRPC frames it on the wire: a byte saying
+        /// it is not compressed, its length (four bytes, big-endian), then
+        /// the encoded message. Frames written one after another are a
+        /// stream's messages in that order.
+        pub fn put_framed(&self, buf: &mut impl BufMut) {
+            buf.put_u8(0);
+            let len = u32::try_from(self.encoded_len())
+                .expect("an object etcd holds is at most a few MiB, far below 4 GiB");
+            buf.put_u32(len);
+            self.put(buf);
+        }
+
         /// Appends the encoded message to `buf`.
         pub fn put(&self, buf: &mut impl BufMut) {
             buf.put_slice(&self.head[..usize::from(self.head_len)]);
