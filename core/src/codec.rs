@@ -8,7 +8,9 @@
 //! object's `PartialObjectMetadata` ([`crate::projection`]), so an event
 //! costs at most two encodes whatever the number of subscribers. Only what
 //! differs per subscriber is encoded on its own: snapshot ADDEDs (at that
-//! subscriber's snapshot RV), filter transitions (an event turned into
+//! subscriber's snapshot RV) where its snapshot is not shared (see
+//! [`crate::shared_snapshot`], which encodes a snapshot once for all who
+//! send it together), filter transitions (an event turned into
 //! ADDED or DELETED) and progress bookmarks. Those are not written out
 //! here ([`OwnWatchEvent`]): their few leading fields are encoded in place
 //! and the object's JSON, shared with the store, is copied once, straight

@@ -111,13 +111,15 @@ pub struct SubscriberGuard {
 }
 
 impl SubscriberGuard {
-    /// Records that one event of `bytes` encoded bytes was handed to this
-    /// subscriber's stream.
-    pub fn delivered(&self, bytes: usize) {
-        self.subscribers.delivered.fetch_add(1, Ordering::Relaxed);
+    /// Records that `events` events of `bytes` encoded bytes in all were
+    /// handed to this subscriber's stream.
+    pub fn delivered(&self, events: u64, bytes: u64) {
+        self.subscribers
+            .delivered
+            .fetch_add(events, Ordering::Relaxed);
         self.subscribers
             .delivered_bytes
-            .fetch_add(bytes as u64, Ordering::Relaxed);
+            .fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Records that the watch ended with `err`.

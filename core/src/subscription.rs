@@ -34,7 +34,7 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::time::Instant;
 
-use crate::store::Store;
+use crate::{shared_snapshot::SharedSnapshots, store::Store};
 
 mod delivery;
 mod error;
@@ -49,8 +49,8 @@ pub(crate) mod tests;
 pub use delivery::Delivery;
 pub use error::WatchError;
 pub use request::{Limits, Start, WatchSpec};
-pub use state::SnapshotHold;
 use state::Subscription;
+pub use state::{Output, SnapshotHold};
 
 /// The stream a subscriber receives (see the module docs). It ends with
 /// [`WatchError::ShuttingDown`] once the store's subscribers are closed
@@ -62,14 +62,21 @@ use state::Subscription;
 /// retired at `retire_at`, if ever, the stream ends with
 /// [`WatchError::ConnectionRetired`], at its first step in the live state
 /// from that time on (a snapshot being sent is finished first).
+///
+/// Given `frames`, a snapshot goes out as one [`Output::Snapshot`],
+/// encoded once for every subscriber of the same snapshot, filter and
+/// projection ([`crate::shared_snapshot`]), and `hold` is kept by it until
+/// its last chunk is taken; otherwise each ADDED is an [`Output::Event`] of
+/// its own.
 pub fn watch_on(
     store: Arc<Store>,
     spec: WatchSpec,
     limits: Limits,
     hold: Option<SnapshotHold>,
     retire_at: Option<Instant>,
-) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    let subscription = Subscription::new(store, spec, limits, hold, retire_at);
+    frames: Option<Arc<SharedSnapshots>>,
+) -> impl Stream<Item = Result<Output, WatchError>> {
+    let subscription = Subscription::new(store, spec, limits, hold, retire_at, frames);
     futures::stream::unfold(subscription, |mut subscription| async move {
         let item = subscription.next().await?;
         Some((item, subscription))

@@ -232,13 +232,14 @@ async fn a_type_the_api_server_no_longer_serves_ends_its_subscribers_and_is_drop
     let used = on_demand.resolve(&a).await.unwrap();
     settle().await;
     let store = used.served().store.clone();
-    let mut watch = Box::pin(subscription::watch_on(
+    let mut watch = Box::pin(subscription::tests::events(subscription::watch_on(
         store.clone(),
         spec("", subscription::Start::Latest, true),
         Limits::default(),
         None,
         None,
-    ));
+        None,
+    )));
     let end = watch.next().await.unwrap().unwrap();
     assert_eq!(end.kind, EventKind::Bookmark, "the (empty) snapshot ends");
 

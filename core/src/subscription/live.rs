@@ -487,7 +487,7 @@ mod tests {
         subscription::{
             Delivery, Limits, Start, WatchError, WatchSpec,
             delivery::{Marker, bookmark},
-            tests::{deliveries, ready, spec, stream_of, watch},
+            tests::{deliveries, events, ready, spec, stream_of, watch},
             watch_on,
         },
     };
@@ -630,13 +630,14 @@ mod tests {
         };
         let start = Instant::now();
         let retire_at = start + Duration::from_secs(10);
-        let mut stream = Box::pin(watch_on(
+        let mut stream = Box::pin(events(watch_on(
             store.clone(),
             spec("", Start::At(ResourceVersion(1)), false),
             limits,
             None,
             Some(retire_at),
-        ));
+            None,
+        )));
         store.apply(EventKind::Modified, object("a", 2, "{}"));
         let first = stream.next().await.unwrap().unwrap();
         assert_eq!(first.resource_version, ResourceVersion(2));
@@ -663,7 +664,7 @@ mod tests {
 
         // Started after its connection's retirement, with a snapshot: the
         // snapshot and its end bookmark go out, then the stream ends.
-        let mut late = Box::pin(watch_on(
+        let mut late = Box::pin(events(watch_on(
             store.clone(),
             WatchSpec {
                 send_initial_events: true,
@@ -672,7 +673,8 @@ mod tests {
             limits,
             None,
             Some(start),
-        ));
+            None,
+        )));
         let mut delivered = Vec::new();
         while let Some(Ok(delivery)) = late.next().await {
             delivered.push(delivery.resource_version.0);

@@ -15,16 +15,32 @@ use super::{
 use crate::{
     event::EventKind,
     object::{Object, ResourceVersion},
+    shared_snapshot::{FramedSnapshot, SharedSnapshots},
     store::{Head, ReadError, Snapshot, Store},
 };
 
 /// Something a subscription keeps only while it sends its snapshot.
 pub type SnapshotHold = Box<dyn Send + Sync>;
 
+/// What a subscription yields.
+#[derive(Debug)]
+pub enum Output {
+    /// One event.
+    Event(Delivery),
+    /// All of a snapshot's ADDEDs at once, framed and shared with the
+    /// subscribers of the same snapshot (only for a subscription given
+    /// [`SharedSnapshots`], and only for a snapshot that sends something).
+    /// The snapshot's end bookmark, if asked for, and the live events come
+    /// after it, so they go out after its last chunk.
+    Snapshot(FramedSnapshot),
+}
+
 /// One subscriber's position and what it still owes the subscriber.
 pub(super) struct Subscription {
     cx: Context,
     state: State,
+    /// Where the snapshot is sent from, if it is sent framed.
+    frames: Option<Arc<SharedSnapshots>>,
 }
 
 /// Where a subscription is. The snapshot hold (see [`super::watch_on`])
@@ -58,13 +74,15 @@ enum State {
 impl Subscription {
     /// A subscription to `store` as `spec` asks, not yet started, keeping
     /// `hold` until its snapshot is sent, on a connection retired at
-    /// `retire_at` (see [`super::watch_on`]).
+    /// `retire_at`, sending its snapshot framed from `frames` if given
+    /// (see [`super::watch_on`]).
     pub(super) fn new(
         store: Arc<Store>,
         spec: WatchSpec,
         limits: Limits,
         hold: Option<SnapshotHold>,
         retire_at: Option<Instant>,
+        frames: Option<Arc<SharedSnapshots>>,
     ) -> Self {
         Subscription {
             cx: Context {
@@ -75,12 +93,13 @@ impl Subscription {
                 retire_at,
             },
             state: State::Starting { hold },
+            frames,
         }
     }
 
     /// The next delivery, or the error that ends the stream; `None` once it
     /// has ended.
-    pub(super) async fn next(&mut self) -> Option<Result<Delivery, WatchError>> {
+    pub(super) async fn next(&mut self) -> Option<Result<Output, WatchError>> {
         let item = self.step().await;
         if !matches!(item, Some(Ok(_))) {
             self.state = State::Done;
@@ -88,7 +107,7 @@ impl Subscription {
         item
     }
 
-    async fn step(&mut self) -> Option<Result<Delivery, WatchError>> {
+    async fn step(&mut self) -> Option<Result<Output, WatchError>> {
         loop {
             match &mut self.state {
                 State::Done => return None,
@@ -98,15 +117,42 @@ impl Subscription {
                         self.state = State::Live(Box::new(Live::new(&self.cx, cursor, rv)));
                     }
                     Ok(Begin::Snapshot(snapshot)) => {
-                        let candidates = self.cx.spec.filter.candidates(&snapshot.objects);
+                        let spec = &self.cx.spec;
+                        let candidates = spec.filter.candidates(&snapshot.objects);
+                        let framed = self
+                            .frames
+                            .as_ref()
+                            .map(|frames| {
+                                frames.join(
+                                    &snapshot.objects,
+                                    snapshot.resource_version,
+                                    &spec.filter,
+                                    spec.projection,
+                                )
+                            })
+                            .filter(|framed| framed.events() > 0);
+                        // Sent framed, nothing is left to send one by one:
+                        // the next step goes on to the end bookmark.
+                        let next = match framed {
+                            Some(_) => candidates.end,
+                            None => candidates.start,
+                        };
+                        let hold = hold.take();
+                        let (framed, hold) = match framed {
+                            Some(framed) => (Some(framed.holding(hold)), None),
+                            None => (None, hold),
+                        };
                         self.state = State::Snapshot {
                             objects: snapshot.objects,
-                            next: candidates.start,
+                            next,
                             end: candidates.end,
                             resource_version: snapshot.resource_version,
                             seq: snapshot.seq,
-                            _hold: hold.take(),
+                            _hold: hold,
                         };
+                        if let Some(framed) = framed {
+                            return Some(Ok(Output::Snapshot(framed)));
+                        }
                     }
                     Err(err) => return Some(Err(err)),
                 },
@@ -126,27 +172,29 @@ impl Subscription {
                     if let Some(at) = found {
                         let object = &objects[*next + at];
                         *next += at + 1;
-                        return Some(Ok(Delivery {
+                        return Some(Ok(Output::Event(Delivery {
                             kind: EventKind::Added,
                             resource_version: rv,
                             object: spec.projection.json(object),
                             resync: false,
                             projection: spec.projection,
                             unchanged: None,
-                        }));
+                        })));
                     }
                     // Releases the snapshot hold.
                     self.state = State::Live(Box::new(Live::new(&self.cx, seq, rv)));
                     if self.cx.spec.send_initial_events {
-                        return Some(Ok(bookmark(
+                        return Some(Ok(Output::Event(bookmark(
                             &self.cx.store,
                             rv,
                             Marker::InitialEventsEnd,
                             self.cx.spec.projection,
-                        )));
+                        ))));
                     }
                 }
-                State::Live(live) => return Some(live.follow(&mut self.cx).await),
+                State::Live(live) => {
+                    return Some(live.follow(&mut self.cx).await.map(Output::Event));
+                }
             }
         }
     }
@@ -224,7 +272,7 @@ mod tests {
         store::{ReadError, Store},
         subscription::{
             Limits, Start, WatchError, WatchSpec,
-            tests::{deliveries, ready, spec, stream_of, watch},
+            tests::{deliveries, events, ready, spec, stream_of, watch},
             watch_on,
         },
     };
@@ -243,13 +291,14 @@ mod tests {
         let hold = Arc::new(());
         let held = || Arc::strong_count(&hold) - 1;
         let on = |start, send_initial_events| {
-            Box::pin(watch_on(
+            Box::pin(events(watch_on(
                 store.clone(),
                 spec("", start, send_initial_events),
                 Limits::default(),
                 Some(Box::new(hold.clone())),
                 None,
-            ))
+                None,
+            )))
         };
         let mut snapshot = on(Start::Latest, true);
         assert_eq!(held(), 1, "while starting");
@@ -274,6 +323,53 @@ mod tests {
         let mut failed = on(Start::At(ResourceVersion(9)), true);
         assert!(failed.next().await.unwrap().is_err());
         assert_eq!(held(), 0, "released when the start fails");
+    }
+
+    /// Given shared snapshots, a snapshot goes out as one framed output
+    /// holding all its events, which keeps the snapshot hold until its
+    /// last chunk is taken; its end bookmark and the live events follow.
+    /// A snapshot that sends nothing goes out as without them: its end
+    /// bookmark alone, the hold released at once.
+    #[tokio::test(start_paused = true)]
+    async fn with_shared_snapshots_a_snapshot_goes_out_framed_then_its_bookmark() {
+        use crate::{shared_snapshot::SharedSnapshots, subscription::Output};
+        let store = Arc::new(Store::new(configmaps(), 100));
+        store.replace(
+            vec![object("a", 1, r#"{"app":"x"}"#), object("b", 2, "{}")],
+            ResourceVersion(2),
+        );
+        let frames = Arc::new(SharedSnapshots::new(u64::MAX));
+        let hold = Arc::new(());
+        let held = || Arc::strong_count(&hold) - 1;
+        let on = |labels| {
+            Box::pin(watch_on(
+                store.clone(),
+                spec(labels, Start::Latest, true),
+                Limits::default(),
+                Some(Box::new(hold.clone())),
+                None,
+                Some(frames.clone()),
+            ))
+        };
+        let event = |output: Option<Result<Output, WatchError>>| match output {
+            Some(Ok(Output::Event(d))) => (d.kind, d.resource_version.0),
+            other => panic!("not an event: {other:?}"),
+        };
+        let mut all = on("");
+        let Some(Ok(Output::Snapshot(mut framed))) = all.next().await else {
+            panic!("the snapshot first, framed");
+        };
+        assert_eq!(framed.events(), 2);
+        assert_eq!(event(all.next().await), (EventKind::Bookmark, 2));
+        assert_eq!(held(), 1, "held by the framed snapshot");
+        while framed.next_chunk().is_some() {}
+        assert_eq!(held(), 0, "released with its last chunk");
+        store.apply(EventKind::Added, object("c", 3, "{}"));
+        assert_eq!(event(all.next().await), (EventKind::Added, 3));
+
+        let mut nothing = on("app=y");
+        assert_eq!(event(nothing.next().await), (EventKind::Bookmark, 3));
+        assert_eq!(held(), 0);
     }
 
     /// A watch on a type not synced yet waits for the first sync, bounded

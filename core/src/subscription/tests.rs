@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt};
 
-use super::{Delivery, Limits, Start, WatchError, WatchSpec, watch_on};
+use super::{Delivery, Limits, Output, Start, WatchError, WatchSpec, watch_on};
 use crate::{event::EventKind, filter::Filter, projection::Projection, store::Store};
 
 /// A subscription to `store` as `spec` asks, on a connection never retired.
@@ -13,7 +13,20 @@ pub(crate) fn watch(
     spec: WatchSpec,
     limits: Limits,
 ) -> impl Stream<Item = Result<Delivery, WatchError>> {
-    watch_on(store, spec, limits, None, None)
+    events(watch_on(store, spec, limits, None, None, None))
+}
+
+/// The events of a subscription given no shared snapshots, which sends
+/// every one on its own.
+pub(crate) fn events(
+    stream: impl Stream<Item = Result<Output, WatchError>>,
+) -> impl Stream<Item = Result<Delivery, WatchError>> {
+    stream.map(|item| {
+        item.map(|output| match output {
+            Output::Event(delivery) => delivery,
+            Output::Snapshot(framed) => panic!("sent framed without shared snapshots: {framed:?}"),
+        })
+    })
 }
 
 /// A cluster-wide watch with bookmarks, full objects and this label
