@@ -376,7 +376,7 @@ mod tests {
             grant
                 .guard(UnboundedReceiverStream::new(rx))
                 .map(move |item| {
-                    audit.observe(&item, |_| 4);
+                    audit.observe(&item, |_| (1, 4));
                     item
                 }),
         );

@@ -430,13 +430,14 @@ impl StreamAudit {
         }
     }
 
-    /// Counts an item of the stream: an event of `len(event)` bytes, or
-    /// the status the stream ends with.
-    pub fn observe<T>(&mut self, item: &Result<T, Status>, len: impl FnOnce(&T) -> usize) {
+    /// Counts an item of the stream: `size(item)` events and bytes, or the
+    /// status the stream ends with.
+    pub fn observe<T>(&mut self, item: &Result<T, Status>, size: impl FnOnce(&T) -> (u64, u64)) {
         match item {
-            Ok(event) => {
-                self.events += 1;
-                self.bytes += len(event) as u64;
+            Ok(item) => {
+                let (events, bytes) = size(item);
+                self.events += events;
+                self.bytes += bytes;
             }
             Err(status) if self.status.is_none() => {
                 self.status = Some((status.code(), status.message().to_owned()));
@@ -956,13 +957,13 @@ mod tests {
             Ok("de"),
             Err(Status::permission_denied("revoked")),
         ] {
-            denied.observe(&item, |e| e.len());
+            denied.observe(&item, |e| (1, e.len() as u64));
         }
         // A later status is not the one the stream ended with.
-        denied.observe::<&str>(&Err(Status::internal("later")), |e| e.len());
+        denied.observe::<&str>(&Err(Status::internal("later")), |e| (1, e.len() as u64));
         tokio::time::advance(Duration::from_millis(2500)).await;
         drop(denied);
-        cancelled.observe(&Ok("x"), |e| e.len());
+        cancelled.observe(&Ok("x"), |e| (1, e.len() as u64));
         drop(cancelled);
         let lines = written(log, writer).await;
         let ends: Vec<_> = lines

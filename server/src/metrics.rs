@@ -40,6 +40,7 @@ use kube_fanout_core::{
     on_demand::{OnDemand, counters::Stop},
     reflector_status::ReflectorStatus,
     registry::{Deliveries, ServedTypes},
+    shared_snapshot::{SharedSnapshotStats, SharedSnapshots},
     store::{Behind, StoreStatus},
     subscription::Limits,
 };
@@ -442,6 +443,63 @@ impl Collector for ConnectionCollector {
     }
 }
 
+/// Reads what the shared snapshot encodings keep and have saved when
+/// scraped.
+#[derive(Debug)]
+pub struct SharedSnapshotCollector(pub Arc<SharedSnapshots>);
+
+/// One shared snapshot metric family: name, help, type, and its value.
+type SharedSnapshotFamily = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&SharedSnapshotStats) -> u64,
+);
+
+const SHARED_SNAPSHOT_FAMILIES: &[SharedSnapshotFamily] = &[
+    (
+        "kube_fanout_shared_snapshot_bytes",
+        "Bytes of snapshot encodings kept now to be shared by the subscribers sending the same snapshot (--max-shared-snapshot-bytes bounds them).",
+        MetricType::Gauge,
+        |s| s.retained_bytes,
+    ),
+    (
+        "kube_fanout_shared_snapshot_bytes_limit",
+        "--max-shared-snapshot-bytes.",
+        MetricType::Gauge,
+        |s| s.limit_bytes,
+    ),
+    (
+        "kube_fanout_shared_snapshot_chunks_built",
+        "Chunks of snapshot events (about 64 KiB each) encoded for the first time.",
+        MetricType::Counter,
+        |s| s.chunks_built,
+    ),
+    (
+        "kube_fanout_shared_snapshot_chunks_shared",
+        "Chunks of snapshot events sent from a kept encoding: encodes saved.",
+        MetricType::Counter,
+        |s| s.chunks_shared,
+    ),
+    (
+        "kube_fanout_shared_snapshot_chunks_rebuilt",
+        "Chunks of snapshot events encoded again for one subscriber because they were not kept (--max-shared-snapshot-bytes was reached).",
+        MetricType::Counter,
+        |s| s.chunks_rebuilt,
+    ),
+];
+
+impl Collector for SharedSnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let stats = self.0.stats();
+        for (name, help, kind, value) in SHARED_SNAPSHOT_FAMILIES {
+            let metric = encoder.encode_descriptor(name, help, None, *kind)?;
+            encode_value(*kind, value(&stats), metric)?;
+        }
+        Ok(())
+    }
+}
+
 /// The registry holding the cache's metrics and those of the listeners'
 /// `connections`.
 pub fn registry(
@@ -675,8 +733,8 @@ mod tests {
         cache.insert(Served::new(store, reflector));
         let served = cache.iter()[0].clone();
         let subscriber = served.subscriber("");
-        subscriber.delivered(100);
-        served.subscriber("").delivered(23);
+        subscriber.delivered(1, 100);
+        served.subscriber("").delivered(1, 23);
         subscriber.ended(&WatchError::Lagged {
             resume_from: ResourceVersion(4),
         });

@@ -11,6 +11,8 @@ use kube_fanout_proto::{
 };
 use tonic::Status;
 
+use crate::snapshot_handoff::Outgoing;
+
 /// A Watch's options.
 pub(crate) fn watch_options(request: &WatchRequest) -> RequestOptions {
     RequestOptions {
@@ -49,19 +51,20 @@ pub(crate) type WatchStream =
     std::pin::Pin<Box<dyn Stream<Item = Result<EncodedWatchEvent, Status>> + Send>>;
 
 /// `events`, a stream let through with `audit` (its grant's
-/// [`kube_fanout_auth::Grant::stream_audit`]), counted for its stream-end line (logged when
-/// tonic drops the stream: after its status, or when its client goes
-/// away). With the audit log off, `events` as it is: nothing is added per
+/// [`kube_fanout_auth::Grant::stream_audit`]), counted for its stream-end
+/// line (logged when tonic drops the stream: after its status, or when its
+/// client goes away); a framed snapshot counts as the events it holds.
+/// With the audit log off, `events` as they are: nothing is added per
 /// event.
 pub(crate) fn watch_stream(
     audit: Option<StreamAudit>,
-    events: impl Stream<Item = Result<EncodedWatchEvent, Status>> + Send + 'static,
-) -> WatchStream {
+    events: impl Stream<Item = Result<Outgoing, Status>> + Send + 'static,
+) -> impl Stream<Item = Result<Outgoing, Status>> + Send + 'static {
     match audit {
-        Some(mut audit) => Box::pin(events.map(move |item| {
-            audit.observe(&item, EncodedWatchEvent::encoded_len);
+        Some(mut audit) => futures::future::Either::Left(events.map(move |item| {
+            audit.observe(&item, Outgoing::size);
             item
         })),
-        None => Box::pin(events),
+        None => futures::future::Either::Right(events),
     }
 }

@@ -8,7 +8,6 @@ use kube_fanout_proto::v1::{
     self as pb, GetRequest, GetResponse, ListRequest, ListResourcesRequest, ListResourcesResponse,
     ListResponse, WatchRequest, kube_fanout_server::KubeFanout,
 };
-use kube_fanout_proto::wire::EncodedWatchEvent;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
@@ -24,8 +23,9 @@ use kube_fanout_core::{
     paging::PageBytes,
     projection::Projection,
     registry::{InUse, Origin, Served, ServedTypes},
+    shared_snapshot::SharedSnapshots,
     store::ReadError,
-    subscription::{self, Limits, SnapshotHold, Start, WatchSpec},
+    subscription::{self, Limits, Output, SnapshotHold, Start, WatchSpec},
 };
 use kube_fanout_listener::conn::ConnInfo;
 
@@ -33,8 +33,13 @@ use crate::{
     audited,
     error::RequestError,
     list_budget::{ListBudget, ListBytes, ListTooLarge, Reservation},
+    snapshot_handoff::{self, Outgoing, SnapshotSlot},
     validation::{self, Scope},
 };
+
+/// The bytes of shared snapshot chunks kept at once by a service that is
+/// given no bound of its own ([`FanoutService::with_shared_snapshots`]).
+pub const DEFAULT_SHARED_SNAPSHOT_BYTES: u64 = 256 << 20;
 
 /// The `kubefanout.v1.KubeFanout` service.
 #[derive(Debug, Clone)]
@@ -45,6 +50,7 @@ pub struct FanoutService {
     access: Access,
     limiter: Arc<Limiter>,
     budget: ListBudget,
+    snapshots: Arc<SharedSnapshots>,
 }
 
 impl FanoutService {
@@ -58,7 +64,16 @@ impl FanoutService {
             access: Access::open(),
             limiter: Arc::default(),
             budget: ListBudget::default(),
+            snapshots: Arc::new(SharedSnapshots::new(DEFAULT_SHARED_SNAPSHOT_BYTES)),
         }
+    }
+
+    /// Shares the encoding of snapshots sent together through `snapshots`
+    /// (the default keeps at most [`DEFAULT_SHARED_SNAPSHOT_BYTES`]). A
+    /// call shares only when served behind
+    /// [`SendSnapshots`](crate::snapshot_handoff::SendSnapshots).
+    pub fn with_shared_snapshots(self, snapshots: Arc<SharedSnapshots>) -> Self {
+        FanoutService { snapshots, ..self }
     }
 
     /// Bounds the bytes of List responses held at once with `budget` (the
@@ -141,13 +156,16 @@ impl FanoutService {
     }
 
     /// Starts a watch; `snapshot` (a per-caller permit) is given back once
-    /// the initial events have been sent.
+    /// the initial events have been sent. With a `slot` to send it
+    /// through, a snapshot is one framed [`Outgoing::Snapshot`], its
+    /// encoding shared with whoever takes the same snapshot.
     fn start_watch(
         &self,
         request: WatchRequest,
         snapshot: Option<Permit>,
         retire_at: Option<Instant>,
-    ) -> Result<impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<>, RequestError> {
+        slot: bool,
+    ) -> Result<impl Stream<Item = Result<Outgoing, Status>> + use<>, RequestError> {
         let scope = Scope::watch(&request)?;
         let in_use = self.served(&scope)?;
         let served = in_use.served().clone();
@@ -171,6 +189,7 @@ impl FanoutService {
             self.limits,
             snapshot.map(|permit| Box::new(permit) as SnapshotHold),
             retire_at,
+            slot.then(|| self.snapshots.clone()),
         );
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
@@ -179,12 +198,16 @@ impl FanoutService {
             // drops with them, and an on-demand type stays held.
             let _in_use = &in_use;
             result
-                .map(|delivery| {
-                    let encoded = encoder.encode(&delivery);
-                    // Counted as it is handed to tonic to write: per
+                .map(|output| {
+                    let outgoing = match output {
+                        Output::Event(delivery) => Outgoing::Event(encoder.encode(&delivery)),
+                        Output::Snapshot(framed) => Outgoing::Snapshot(framed),
+                    };
+                    // Counted as it is handed on to be written: per
                     // subscriber, where the store counts per event.
-                    guard.delivered(encoded.encoded_len());
-                    encoded
+                    let (events, bytes) = outgoing.size();
+                    guard.delivered(events, bytes);
+                    outgoing
                 })
                 .map_err(|e| {
                     guard.ended(&e);
@@ -354,12 +377,16 @@ impl KubeFanout for FanoutService {
             .extensions()
             .get::<ConnInfo>()
             .and_then(|c| c.retire_at);
+        let slot = request.extensions().get::<SnapshotSlot>().cloned();
         // Held until the stream has its own use of the type.
         let _starting = self.start_type(&scope).await?;
-        let stream = self.start_watch(request.into_inner(), snapshot, retire_at)?;
+        let stream = self.start_watch(request.into_inner(), snapshot, retire_at, slot.is_some())?;
         let audit = grant.stream_audit();
         let guarded = grant.guard(stream).holding(watch);
-        Ok(Response::new(audited::watch_stream(audit, guarded)))
+        let audited = audited::watch_stream(audit, guarded);
+        Ok(Response::new(Box::pin(snapshot_handoff::into_slot(
+            slot, audited,
+        ))))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
@@ -439,12 +466,25 @@ mod tests {
     };
 
     use crate::list_budget::ListBytesLimits;
+    use kube_fanout_proto::wire::EncodedWatchEvent;
     use tonic_types::StatusExt;
 
     fn service(store: Arc<Store>) -> FanoutService {
         let mut cache = ServedTypes::default();
         cache.insert(Served::new(store, Arc::default()));
         FanoutService::new(Arc::new(cache), Limits::default())
+    }
+
+    /// A watch with no snapshot slot (as a call not behind
+    /// [`crate::snapshot_handoff::SendSnapshots`]): every event its own.
+    fn plain_watch(
+        service: &FanoutService,
+        request: WatchRequest,
+    ) -> impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<> {
+        snapshot_handoff::into_slot(
+            None,
+            service.start_watch(request, None, None, false).unwrap(),
+        )
     }
 
     fn request(label_selector: &str, resource_version: &str, initial: bool) -> WatchRequest {
@@ -514,13 +554,7 @@ mod tests {
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
-        let watch = || {
-            Box::pin(
-                service
-                    .start_watch(request("", "1", false), None, None)
-                    .unwrap(),
-            )
-        };
+        let watch = || Box::pin(plain_watch(&service, request("", "1", false)));
         // Far less than the progress interval: ended, not merely ticked.
         let soon = std::time::Duration::from_millis(1);
         let mut open = watch();
@@ -546,20 +580,10 @@ mod tests {
         let service = service(store.clone());
         const SUBSCRIBERS: usize = 100;
         let mut plain: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| {
-                Box::pin(
-                    service
-                        .start_watch(request("", "1", false), None, None)
-                        .unwrap(),
-                )
-            })
+            .map(|_| Box::pin(plain_watch(&service, request("", "1", false))))
             .collect();
         // For this one the change is a filter transition: its own DELETED.
-        let mut filtered = Box::pin(
-            service
-                .start_watch(request("app=x", "1", false), None, None)
-                .unwrap(),
-        );
+        let mut filtered = Box::pin(plain_watch(&service, request("app=x", "1", false)));
 
         let changed = object("a", 2, r#"{"app":"y"}"#);
         let json = changed.json.to_string();
@@ -601,16 +625,79 @@ mod tests {
         );
 
         // Snapshots are per subscriber: an ADDED and the end bookmark each.
-        let mut snapshot = Box::pin(
-            service
-                .start_watch(request("", "", true), None, None)
-                .unwrap(),
-        );
+        let mut snapshot = Box::pin(plain_watch(&service, request("", "", true)));
         let added =
             pb::WatchEvent::decode(snapshot.next().await.unwrap().unwrap().to_bytes()).unwrap();
         assert_eq!(added.r#type(), pb::EventType::Added);
         snapshot.next().await.unwrap().unwrap();
         assert_eq!(service.encoder.encodes(), 4);
+    }
+
+    /// A call with a snapshot slot (served behind `SendSnapshots`) leaves
+    /// its snapshot there, framed, and hands tonic only what follows it:
+    /// the end bookmark, then live events. The framed ADDEDs are the
+    /// snapshot's, counted as delivered like events sent one by one, and a
+    /// second call that takes the same snapshot sends the same chunks.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_with_a_slot_leaves_its_snapshot_there_framed_and_shared() {
+        let store = Arc::new(Store::new(configmaps(), 100));
+        let objects = vec![
+            object("a", 1, "{}"),
+            object("b", 2, "{}"),
+            object("c", 3, "{}"),
+        ];
+        let json: Vec<String> = objects.iter().map(|o| o.json.to_string()).collect();
+        store.replace(objects, ResourceVersion(5));
+        let service = service(store.clone());
+        let watch = || async {
+            let slot = SnapshotSlot::default();
+            let mut call = Request::new(request("", "", true));
+            call.extensions_mut().insert(slot.clone());
+            let stream = KubeFanout::watch(&service, call)
+                .await
+                .unwrap()
+                .into_inner();
+            (slot, stream)
+        };
+        let (slot, mut stream) = watch().await;
+        let first = pb::WatchEvent::decode(stream.next().await.unwrap().unwrap().to_bytes());
+        let first = first.unwrap();
+        assert_eq!(
+            (first.r#type(), first.resource_version.as_str()),
+            (pb::EventType::Bookmark, "5"),
+            "the end bookmark comes first to tonic"
+        );
+        let mut framed = slot.take().expect("the snapshot, left in the slot");
+        let chunk = framed.next_chunk().unwrap();
+        assert_eq!(framed.next_chunk(), None, "three small objects: one chunk");
+        let mut rest = &chunk[..];
+        let mut added = Vec::new();
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+            let event = pb::WatchEvent::decode(&rest[5..5 + len]).unwrap();
+            assert_eq!(
+                (event.r#type(), event.resource_version.as_str()),
+                (pb::EventType::Added, "5")
+            );
+            added.push(event.object);
+            rest = &rest[5 + len..];
+        }
+        assert_eq!(added, json);
+        let served = service.cache.iter()[0].clone();
+        assert_eq!(
+            served.deliveries().events,
+            4,
+            "three ADDEDs and the bookmark"
+        );
+
+        let (again, mut second) = watch().await;
+        second.next().await.unwrap().unwrap();
+        let mut again = again.take().expect("left as the stream is polled");
+        assert_eq!(again.next_chunk().unwrap().as_ptr(), chunk.as_ptr());
+
+        store.apply(EventKind::Added, object("d", 6, "{}"));
+        let live = pb::WatchEvent::decode(stream.next().await.unwrap().unwrap().to_bytes());
+        assert_eq!(live.unwrap().resource_version, "6");
     }
 
     #[tokio::test(start_paused = true)]
@@ -688,22 +775,10 @@ mod tests {
         };
         const SUBSCRIBERS: usize = 50;
         let mut full: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| {
-                Box::pin(
-                    service
-                        .start_watch(request("", "1", false), None, None)
-                        .unwrap(),
-                )
-            })
+            .map(|_| Box::pin(plain_watch(&service, request("", "1", false))))
             .collect();
         let mut metadata: Vec<_> = (0..SUBSCRIBERS)
-            .map(|_| {
-                Box::pin(
-                    service
-                        .start_watch(metadata_only("1", false), None, None)
-                        .unwrap(),
-                )
-            })
+            .map(|_| Box::pin(plain_watch(&service, metadata_only("1", false))))
             .collect();
 
         store.apply(EventKind::Modified, object("a", 2, r#"{"app":"y"}"#));
@@ -734,11 +809,7 @@ mod tests {
 
         // A snapshot's objects and its end bookmark are PartialObjectMetadata
         // too, as the API server sends them.
-        let mut snapshot = Box::pin(
-            service
-                .start_watch(metadata_only("", true), None, None)
-                .unwrap(),
-        );
+        let mut snapshot = Box::pin(plain_watch(&service, metadata_only("", true)));
         let added = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
         let end = object_of(snapshot.next().await.unwrap().unwrap().to_bytes());
         for object in [&added, &end] {
@@ -869,10 +940,8 @@ mod tests {
             namespace: "a".into(),
             ..request("", "1", false)
         };
-        let _a = service.start_watch(in_a, None, None).unwrap();
-        let _all = service
-            .start_watch(request("", "1", false), None, None)
-            .unwrap();
+        let _a = plain_watch(&service, in_a);
+        let _all = plain_watch(&service, request("", "1", false));
         let counts = |namespace: &str| {
             let service = service.clone();
             let request = Request::new(ListResourcesRequest {
@@ -946,13 +1015,7 @@ mod tests {
         store.replace(vec![object("a", 1, "{}")], ResourceVersion(1));
         let service = service(store.clone());
         let mut streams: Vec<_> = (0..10)
-            .map(|_| {
-                Box::pin(
-                    service
-                        .start_watch(request("", "1", false), None, None)
-                        .unwrap(),
-                )
-            })
+            .map(|_| Box::pin(plain_watch(&service, request("", "1", false))))
             .collect();
         store.replace(vec![object("b", 2, "{}")], ResourceVersion(3));
         for stream in &mut streams {
