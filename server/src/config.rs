@@ -529,6 +529,18 @@ pub struct Config {
     #[arg(long, default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_MAX_LIST_BYTES_IN_FLIGHT")]
     pub max_list_bytes_in_flight: u64,
 
+    /// Most bytes of snapshot encodings kept at once to be shared: the
+    /// subscribers that take the same snapshot with the same filter
+    /// together (a restart herd) send the same chunks, encoded once, kept
+    /// while some of them still send it. Past the bound a chunk is encoded
+    /// again for each subscriber that needs it. 0: nothing is shared.
+    #[arg(
+        long,
+        default_value_t = crate::options::DEFAULT_SHARED_SNAPSHOT_BYTES,
+        env = "KUBE_FANOUT_MAX_SHARED_SNAPSHOT_BYTES"
+    )]
+    pub max_shared_snapshot_bytes: u64,
+
     /// The audit log of access decisions (each SubjectAccessReview made,
     /// not cached answers) and of watch ends, one JSON line each, as the
     /// API server's audit levels: `none` (off), `metadata` (user, verb,
@@ -755,6 +767,7 @@ impl Config {
             keepalive: self.keepalive(),
             max_connection_age: self.max_connection_age(),
             connections: self.connections(),
+            shared_snapshot_bytes: self.max_shared_snapshot_bytes,
             // The binary's to set: it installs the trace export.
             request_spans: false,
         }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kube_fanout_auth::{Access, layer::AuthenticateLayer, limits::Limiter};
-use kube_fanout_core::registry::ServedTypes;
+use kube_fanout_core::{registry::ServedTypes, shared_snapshot::SharedSnapshots};
 use kube_fanout_listener::{
     accept::{self, Accept},
     connections::{ConnectionLimits, Connections},
@@ -16,6 +16,7 @@ use kube_fanout_service::{
     MAX_REQUEST_BYTES,
     list_budget::{HoldListBytes, ListBudget},
     service::FanoutService,
+    snapshot_handoff::SendSnapshots,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,8 @@ pub(crate) struct Grpc {
     pub(crate) authenticate: Option<AuthenticateLayer>,
     /// Bytes List responses may hold.
     pub(crate) list_budget: ListBudget,
+    /// The snapshot encodings being shared.
+    pub(crate) shared_snapshots: Arc<SharedSnapshots>,
     /// Health, served here too.
     pub(crate) health: HealthServer<HealthService>,
     /// This listener's connections, counted apart from the others'.
@@ -75,7 +78,8 @@ impl Grpc {
         let service = FanoutService::new(self.cache.clone(), options.limits)
             .with_access(self.access)
             .with_limiter(Limiter::new(options.security.caller_limits))
-            .with_list_budget(self.list_budget);
+            .with_list_budget(self.list_budget)
+            .with_shared_snapshots(self.shared_snapshots);
         let mut builder = bounded(&options.connections);
         if let Some(age) = options.max_connection_age {
             // GOAWAY at the age; the watches end a little later (see
@@ -90,7 +94,9 @@ impl Grpc {
             .add_service(self.health)
             .add_service(reflection)
             .add_service(reflection_alpha)
-            .add_service(HoldListBytes(compressed(KubeFanoutServer::new(service))));
+            .add_service(HoldListBytes(SendSnapshots(compressed(
+                KubeFanoutServer::new(service),
+            ))));
         // Open watches end at once (with ShuttingDown) so that the graceful
         // shutdown is not held up by them. A task of its own: tonic does not
         // wait on its shutdown signal once the listener's stream has ended,

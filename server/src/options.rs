@@ -14,6 +14,8 @@ use kube_fanout_reflector::ReflectorConfig;
 
 use crate::security::Security;
 
+pub use kube_fanout_service::service::DEFAULT_SHARED_SNAPSHOT_BYTES;
+
 /// What the server needs besides an API client and a listener.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -56,6 +58,9 @@ pub struct ServerOptions {
     /// Bounds on connections and what each may carry, on the gRPC and
     /// the health listener alike (each counted apart).
     pub connections: ConnectionLimits,
+    /// The most bytes of snapshot encodings kept at once to be shared
+    /// (see `kube_fanout_core::shared_snapshot`).
+    pub shared_snapshot_bytes: u64,
     /// Whether each gRPC call gets a span, a child of the caller's W3C
     /// trace context (set when traces are exported, see
     /// [`crate::traces`]; off, nothing is added per call).

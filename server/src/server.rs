@@ -7,7 +7,7 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use kube_fanout_core::registry::ServedTypes;
+use kube_fanout_core::{registry::ServedTypes, shared_snapshot::SharedSnapshots};
 use kube_fanout_listener::connections::Connections;
 use kube_fanout_service::list_budget::ListBudget;
 use tokio::{net::TcpListener, task::JoinSet};
@@ -146,6 +146,7 @@ pub async fn start(
     let audit = audit::start(&options.security, &mut tasks, &cancel).await?;
     let guards = security::secure(&client, &options.security, &audit, local_addr)?;
     let list_budget = ListBudget::new(options.security.list_bytes);
+    let shared_snapshots = Arc::new(SharedSnapshots::new(options.shared_snapshot_bytes));
     let metrics_addr = match options.metrics_addr {
         Some(addr) => {
             let metrics_connections = Connections::new(options.connections);
@@ -158,6 +159,9 @@ pub async fn start(
                 ],
             );
             registry.register_collector(Box::new(list_budget.clone()));
+            registry.register_collector(Box::new(metrics::SharedSnapshotCollector(
+                shared_snapshots.clone(),
+            )));
             metrics::register_lag_limits(&mut registry, &options.limits);
             if let Some(layer) = &guards.authenticate {
                 layer.counters().register(&mut registry);
@@ -184,6 +188,7 @@ pub async fn start(
         access: guards.access,
         authenticate: guards.authenticate,
         list_budget,
+        shared_snapshots,
         health,
         connections: grpc_connections,
     };

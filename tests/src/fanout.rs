@@ -61,6 +61,7 @@ impl Fanout {
             keepalive: Keepalive::default(),
             max_connection_age: None,
             connections: ConnectionLimits::default(),
+            shared_snapshot_bytes: kube_fanout::options::DEFAULT_SHARED_SNAPSHOT_BYTES,
             request_spans: false,
             upstream_fanout: None,
             bootstrap_from: None,
