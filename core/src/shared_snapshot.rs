@@ -24,9 +24,15 @@
 //! past that bound is handed on and forgotten, and each later subscriber
 //! that reaches it builds it again for itself, which costs what a snapshot
 //! cost before it was shared.
+//!
+//! A call that negotiated gRPC message compression gets its messages
+//! compressed the same way ([`Compression`]), once for all who share the
+//! encoding, so a compressed herd pays for one compression of the snapshot
+//! rather than one per subscriber.
 
 use std::{
     fmt,
+    io::Write as _,
     ops::Range,
     sync::{
         Arc, Weak,
@@ -34,7 +40,7 @@ use std::{
     },
 };
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kube_fanout_proto::{v1::EventType, wire::OwnWatchEvent};
 use parking_lot::Mutex;
 
@@ -47,6 +53,30 @@ use crate::{
 /// About how many bytes of framed events one chunk holds (a chunk ends
 /// with the first event that reaches this).
 pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// How a call's messages are compressed (gRPC message compression, as the
+/// call negotiated it): each message on its own, flagged compressed in
+/// its frame, as tonic compresses the call's other messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Not compressed.
+    #[default]
+    None,
+    /// gzip, at tonic's level (6).
+    Gzip,
+    /// zstd, at zstd's default level (tonic's).
+    Zstd,
+}
+
+/// Where a subscription's snapshot is sent from framed: the shared
+/// encodings, and the compression of the call.
+#[derive(Debug, Clone)]
+pub struct SnapshotFrames {
+    /// The encodings shared by the subscribers of the same snapshot.
+    pub shared: Arc<SharedSnapshots>,
+    /// The call's compression.
+    pub compression: Compression,
+}
 
 /// The encodings of the snapshots being sent now, shared by whoever sends
 /// the same one, within a bound on the bytes they keep.
@@ -106,15 +136,17 @@ impl SharedSnapshots {
     }
 
     /// A subscriber's way through the ADDEDs of `objects` (a snapshot at
-    /// `resource_version`) that `filter` matches, shown by `projection`:
-    /// the encoding another subscriber of the same snapshot, filter and
-    /// projection is sending, or a new one.
+    /// `resource_version`) that `filter` matches, shown by `projection`,
+    /// framed with `compression`: the encoding another subscriber of the
+    /// same snapshot, filter, projection and compression is sending, or a
+    /// new one.
     pub fn join(
         &self,
         objects: &Arc<[Arc<Object>]>,
         resource_version: ResourceVersion,
         filter: &Filter,
         projection: Projection,
+        compression: Compression,
     ) -> FramedSnapshot {
         let mut open = self.open.lock();
         open.retain(|e| e.strong_count() > 0);
@@ -122,6 +154,7 @@ impl SharedSnapshots {
             Arc::ptr_eq(&e.objects, objects)
                 && e.resource_version == resource_version
                 && e.projection == projection
+                && e.compression == compression
                 && e.filter == *filter
         });
         let encoding = same.unwrap_or_else(|| {
@@ -130,6 +163,7 @@ impl SharedSnapshots {
                 resource_version,
                 filter.clone(),
                 projection,
+                compression,
                 self.counts.clone(),
             ));
             open.push(Arc::downgrade(&encoding));
@@ -162,6 +196,7 @@ struct Encoding {
     resource_version: ResourceVersion,
     filter: Filter,
     projection: Projection,
+    compression: Compression,
     /// Where the filter's candidates lie in `objects`.
     candidates: Range<usize>,
     /// How many events, and bytes of messages (without their framing).
@@ -185,6 +220,7 @@ impl Encoding {
         resource_version: ResourceVersion,
         filter: Filter,
         projection: Projection,
+        compression: Compression,
         counts: Arc<Counts>,
     ) -> Self {
         let candidates = filter.candidates(&objects);
@@ -193,6 +229,7 @@ impl Encoding {
             resource_version,
             filter,
             projection,
+            compression,
             candidates,
             events: 0,
             bytes: 0,
@@ -272,17 +309,80 @@ impl Encoding {
     /// first that brings them to `max` bytes; and where they end.
     fn build(&self, range: Range<usize>, max: usize) -> (Bytes, usize) {
         let mut buf = BytesMut::with_capacity(CHUNK_BYTES.min(max) + 4096);
+        let mut compressor = Compressor::new(self.compression);
         let mut end = range.start;
         for (at, object) in self.objects[range.clone()].iter().enumerate() {
             end = range.start + at + 1;
             if self.filter.matches_candidate(object) {
-                self.event(object).put_framed(&mut buf);
+                let event = self.event(object);
+                match &mut compressor {
+                    None => event.put_framed(&mut buf),
+                    Some(compressor) => compressor.put_framed(&event, &mut buf),
+                }
                 if buf.len() >= max {
                     break;
                 }
             }
         }
         (buf.freeze(), end)
+    }
+}
+
+/// Compresses one chunk's messages, each on its own.
+struct Compressor {
+    /// The message being compressed, then what it compressed to.
+    message: Vec<u8>,
+    compressed: Vec<u8>,
+    /// zstd's context, made once a chunk; gzip without one.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl Compressor {
+    /// A compressor for `encoding`; `None` for none.
+    fn new(encoding: Compression) -> Option<Self> {
+        let zstd = match encoding {
+            Compression::None => return None,
+            Compression::Gzip => None,
+            Compression::Zstd => Some(
+                zstd::bulk::Compressor::new(zstd::DEFAULT_COMPRESSION_LEVEL)
+                    .expect("zstd's default level is a valid level"),
+            ),
+        };
+        Some(Compressor {
+            message: Vec::new(),
+            compressed: Vec::new(),
+            zstd,
+        })
+    }
+
+    /// Appends `event` compressed, framed as a compressed gRPC message.
+    fn put_framed(&mut self, event: &OwnWatchEvent, buf: &mut BytesMut) {
+        self.message.clear();
+        event.put(&mut self.message);
+        self.compressed.clear();
+        // Into memory, with valid settings: neither can fail.
+        match &mut self.zstd {
+            Some(zstd) => {
+                self.compressed = zstd
+                    .compress(&self.message)
+                    .expect("zstd compresses into memory");
+            }
+            None => {
+                let mut gzip = flate2::write::GzEncoder::new(
+                    std::mem::take(&mut self.compressed),
+                    flate2::Compression::new(6),
+                );
+                gzip.write_all(&self.message)
+                    .expect("gzip compresses into memory");
+                self.compressed = gzip.finish().expect("gzip compresses into memory");
+            }
+        }
+        buf.put_u8(1);
+        buf.put_u32(
+            u32::try_from(self.compressed.len())
+                .expect("an object etcd holds is at most a few MiB, far below 4 GiB"),
+        );
+        buf.put_slice(&self.compressed);
     }
 }
 
@@ -431,6 +531,7 @@ mod tests {
                     snapshot.resource_version,
                     &filter,
                     projection,
+                    Compression::None,
                 );
                 let bytes = framed.bytes();
                 let (chunks, events) = all(framed);
@@ -462,6 +563,58 @@ mod tests {
         }
     }
 
+    /// With compression, every message is compressed on its own and
+    /// flagged so; decompressed, the messages are those of the
+    /// uncompressed encoding. Each compression is an encoding of its own.
+    #[test]
+    fn compressed_chunks_hold_the_same_messages_compressed() {
+        use std::io::Read as _;
+        let store = store(200);
+        let snapshot = store.snapshot();
+        let shared = SharedSnapshots::new(u64::MAX);
+        let everything = filter("", "");
+        let join = |compression| {
+            shared.join(
+                &snapshot.objects,
+                snapshot.resource_version,
+                &everything,
+                Projection::Full,
+                compression,
+            )
+        };
+        let (plain, _) = all(join(Compression::None));
+        let plain: Vec<WatchEvent> = plain.iter().flat_map(|c| messages(c)).collect();
+        for compression in [Compression::Gzip, Compression::Zstd] {
+            let (chunks, _) = all(join(compression));
+            let mut got = Vec::new();
+            let mut wire = 0;
+            for chunk in &chunks {
+                wire += chunk.len();
+                let mut framed = &chunk[..];
+                while framed.has_remaining() {
+                    assert_eq!(framed.get_u8(), 1, "flagged compressed");
+                    let len = framed.get_u32() as usize;
+                    let mut message = Vec::new();
+                    match compression {
+                        Compression::Gzip => {
+                            flate2::read::GzDecoder::new(&framed[..len])
+                                .read_to_end(&mut message)
+                                .unwrap();
+                        }
+                        _ => message = zstd::decode_all(&framed[..len]).unwrap(),
+                    }
+                    got.push(WatchEvent::decode(&message[..]).unwrap());
+                    framed.advance(len);
+                }
+            }
+            assert_eq!(got, plain, "{compression:?}");
+            // The padding compresses well: far fewer bytes on the wire.
+            let message_bytes: usize = plain.iter().map(Message::encoded_len).sum();
+            assert!(wire * 4 < message_bytes, "{compression:?}: {wire}");
+        }
+        assert_eq!(shared.stats().chunks_shared, 0, "nothing shared across");
+    }
+
     /// Subscribers of the same snapshot, filter and projection get the
     /// very same chunks (one allocation each, built once); another filter,
     /// projection or snapshot gets its own encoding. Once the last of them
@@ -477,6 +630,7 @@ mod tests {
                 snapshot.resource_version,
                 filter,
                 projection,
+                Compression::None,
             )
         };
         let everything = filter("", "");
@@ -519,6 +673,7 @@ mod tests {
             newer.resource_version,
             &everything,
             Projection::Full,
+            Compression::None,
         ));
         assert_ne!(after[0].as_ptr(), first[0].as_ptr(), "a newer snapshot");
         assert_eq!(shared.stats().retained_bytes, 0, "every encoding is gone");
@@ -540,6 +695,7 @@ mod tests {
                 snapshot.resource_version,
                 &everything,
                 Projection::Full,
+                Compression::None,
             )
         };
         let (mut first, mut second) = (join(), join());
@@ -580,6 +736,7 @@ mod tests {
                 snapshot.resource_version,
                 &filter("", ""),
                 Projection::Full,
+                Compression::None,
             )
             .holding(Some(Box::new(hold.clone())));
         while framed.next_chunk().is_some() {

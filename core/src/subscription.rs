@@ -34,7 +34,7 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::time::Instant;
 
-use crate::{shared_snapshot::SharedSnapshots, store::Store};
+use crate::{shared_snapshot::SnapshotFrames, store::Store};
 
 mod delivery;
 mod error;
@@ -64,8 +64,8 @@ pub use state::{Output, SnapshotHold};
 /// from that time on (a snapshot being sent is finished first).
 ///
 /// Given `frames`, a snapshot goes out as one [`Output::Snapshot`],
-/// encoded once for every subscriber of the same snapshot, filter and
-/// projection ([`crate::shared_snapshot`]), and `hold` is kept by it until
+/// encoded once for every subscriber of the same snapshot, filter,
+/// projection and compression ([`crate::shared_snapshot`]), and `hold` is kept by it until
 /// its last chunk is taken; otherwise each ADDED is an [`Output::Event`] of
 /// its own.
 pub fn watch_on(
@@ -74,7 +74,7 @@ pub fn watch_on(
     limits: Limits,
     hold: Option<SnapshotHold>,
     retire_at: Option<Instant>,
-    frames: Option<Arc<SharedSnapshots>>,
+    frames: Option<SnapshotFrames>,
 ) -> impl Stream<Item = Result<Output, WatchError>> {
     let subscription = Subscription::new(store, spec, limits, hold, retire_at, frames);
     futures::stream::unfold(subscription, |mut subscription| async move {

@@ -23,7 +23,7 @@ use kube_fanout_core::{
     paging::PageBytes,
     projection::Projection,
     registry::{InUse, Origin, Served, ServedTypes},
-    shared_snapshot::SharedSnapshots,
+    shared_snapshot::{Compression, SharedSnapshots, SnapshotFrames},
     store::ReadError,
     subscription::{self, Limits, Output, SnapshotHold, Start, WatchSpec},
 };
@@ -156,15 +156,16 @@ impl FanoutService {
     }
 
     /// Starts a watch; `snapshot` (a per-caller permit) is given back once
-    /// the initial events have been sent. With a `slot` to send it
-    /// through, a snapshot is one framed [`Outgoing::Snapshot`], its
-    /// encoding shared with whoever takes the same snapshot.
+    /// the initial events have been sent. Given the `framed` compression
+    /// of a call with a slot to send it through, a snapshot is one framed
+    /// [`Outgoing::Snapshot`], its encoding shared with whoever takes the
+    /// same snapshot.
     fn start_watch(
         &self,
         request: WatchRequest,
         snapshot: Option<Permit>,
         retire_at: Option<Instant>,
-        slot: bool,
+        framed: Option<Compression>,
     ) -> Result<impl Stream<Item = Result<Outgoing, Status>> + use<>, RequestError> {
         let scope = Scope::watch(&request)?;
         let in_use = self.served(&scope)?;
@@ -189,7 +190,10 @@ impl FanoutService {
             self.limits,
             snapshot.map(|permit| Box::new(permit) as SnapshotHold),
             retire_at,
-            slot.then(|| self.snapshots.clone()),
+            framed.map(|compression| SnapshotFrames {
+                shared: self.snapshots.clone(),
+                compression,
+            }),
         );
         // A plain map, not another stream state machine or a span entered
         // per event: this runs once per delivery (see BENCHMARKS.md).
@@ -380,7 +384,8 @@ impl KubeFanout for FanoutService {
         let slot = request.extensions().get::<SnapshotSlot>().cloned();
         // Held until the stream has its own use of the type.
         let _starting = self.start_type(&scope).await?;
-        let stream = self.start_watch(request.into_inner(), snapshot, retire_at, slot.is_some())?;
+        let framed = slot.as_ref().map(SnapshotSlot::compression);
+        let stream = self.start_watch(request.into_inner(), snapshot, retire_at, framed)?;
         let audit = grant.stream_audit();
         let guarded = grant.guard(stream).holding(watch);
         let audited = audited::watch_stream(audit, guarded);
@@ -483,7 +488,7 @@ mod tests {
     ) -> impl Stream<Item = Result<EncodedWatchEvent, Status>> + use<> {
         snapshot_handoff::into_slot(
             None,
-            service.start_watch(request, None, None, false).unwrap(),
+            service.start_watch(request, None, None, None).unwrap(),
         )
     }
 
@@ -650,7 +655,7 @@ mod tests {
         store.replace(objects, ResourceVersion(5));
         let service = service(store.clone());
         let watch = || async {
-            let slot = SnapshotSlot::default();
+            let slot = SnapshotSlot::new(Compression::None);
             let mut call = Request::new(request("", "", true));
             call.extensions_mut().insert(slot.clone());
             let stream = KubeFanout::watch(&service, call)

@@ -25,10 +25,11 @@
 //! whole snapshot rather than before its next ADDED (the API server never
 //! re-checks a running watch at all).
 //!
-//! Only an uncompressed response takes this way: the chunks are plain
-//! messages, and a call whose client accepts gzip or zstd is compressed by
-//! tonic message by message, so it gets no slot and its snapshot is sent
-//! event by event.
+//! A call whose client accepts gzip or zstd has the rest of its messages
+//! compressed by tonic, one by one; its slot says which encoding tonic
+//! picked (the first of the two the client lists, as tonic picks), and its
+//! snapshot's messages are compressed the same way, once for all who
+//! share them.
 
 use std::{
     pin::Pin,
@@ -39,7 +40,7 @@ use std::{
 use bytes::Bytes;
 use futures::{Stream, StreamExt, future::BoxFuture};
 use http_body::{Body, Frame};
-use kube_fanout_core::shared_snapshot::FramedSnapshot;
+use kube_fanout_core::shared_snapshot::{Compression, FramedSnapshot};
 use kube_fanout_proto::wire::EncodedWatchEvent;
 use parking_lot::Mutex;
 use tonic::{Status, server::NamedService};
@@ -64,18 +65,36 @@ impl Outgoing {
     }
 }
 
-/// Where a Watch stream leaves its framed snapshot for the response body.
+/// Where a Watch stream leaves its framed snapshot for the response body,
+/// and how the call's messages are compressed.
 #[derive(Debug, Clone, Default)]
-pub struct SnapshotSlot(Arc<Mutex<Option<FramedSnapshot>>>);
+pub struct SnapshotSlot {
+    framed: Arc<Mutex<Option<FramedSnapshot>>>,
+    compression: Compression,
+}
 
 impl SnapshotSlot {
+    /// An empty slot of a call whose messages tonic compresses with
+    /// `compression`.
+    pub(crate) fn new(compression: Compression) -> Self {
+        SnapshotSlot {
+            framed: Arc::default(),
+            compression,
+        }
+    }
+
+    /// How the call's messages are compressed.
+    pub(crate) fn compression(&self) -> Compression {
+        self.compression
+    }
+
     fn put(&self, framed: FramedSnapshot) {
-        *self.0.lock() = Some(framed);
+        *self.framed.lock() = Some(framed);
     }
 
     /// The snapshot left here, if one was and it has not been taken.
     pub(crate) fn take(&self) -> Option<FramedSnapshot> {
-        self.0.lock().take()
+        self.framed.lock().take()
     }
 }
 
@@ -105,8 +124,8 @@ pub(crate) fn into_slot(
     })
 }
 
-/// Wraps the gRPC service so that an uncompressed Watch call's framed
-/// snapshot is handed over as its shared chunks (see the module docs).
+/// Wraps the gRPC service so that a Watch call's framed snapshot is handed
+/// over as its shared chunks (see the module docs).
 #[derive(Debug, Clone)]
 pub struct SendSnapshots<S>(pub S);
 
@@ -129,8 +148,8 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let slot = (is_watch::<S>(request.uri().path()) && !compressed(request.headers()))
-            .then(SnapshotSlot::default);
+        let slot = is_watch::<S>(request.uri().path())
+            .then(|| SnapshotSlot::new(negotiated(request.headers())));
         if let Some(slot) = &slot {
             request.extensions_mut().insert(slot.clone());
         }
@@ -158,16 +177,24 @@ fn is_watch<S: NamedService>(path: &str) -> bool {
         .is_some_and(|method| method == "/Watch")
 }
 
-/// Whether tonic will compress the response: the client accepts gzip or
-/// zstd, the encodings the server's gRPC listener turns on (its
-/// `compressed`). Any other name (the Go client's stand-in for "identity
-/// only", say) leaves the response uncompressed.
-fn compressed(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all("grpc-accept-encoding")
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("gzip").split(','))
-        .any(|encoding| matches!(encoding.trim(), "gzip" | "zstd"))
+/// How tonic will compress the response, picking as it does: the first of
+/// gzip and zstd (the encodings the server's gRPC listener turns on, its
+/// `compressed`) in the client's first `grpc-accept-encoding` header. Any
+/// other name (the Go client's stand-in for "identity only", say) is
+/// passed over.
+fn negotiated(headers: &http::HeaderMap) -> Compression {
+    let accepted = headers
+        .get("grpc-accept-encoding")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    accepted
+        .split(',')
+        .find_map(|encoding| match encoding.trim() {
+            "gzip" => Some(Compression::Gzip),
+            "zstd" => Some(Compression::Zstd),
+            _ => None,
+        })
+        .unwrap_or(Compression::None)
 }
 
 type Polled = Option<Result<Frame<Bytes>, Status>>;
@@ -226,7 +253,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_uncompressed_watch_calls_get_a_slot() {
+    fn watch_calls_get_a_slot_with_the_compression_tonic_picks() {
         struct Named;
         impl NamedService for Named {
             const NAME: &'static str = "kubefanout.v1.KubeFanout";
@@ -247,15 +274,19 @@ mod tests {
             }
             headers
         };
-        assert!(!compressed(&headers(&[])));
-        assert!(!compressed(&headers(&["identity"])));
-        assert!(compressed(&headers(&["identity, gzip"])));
-        assert!(compressed(&headers(&["identity", "zstd"])));
-        assert!(!compressed(&headers(&["kube-fanout-no-compression"])));
-        assert!(
-            !compressed(&headers(&["br, deflate"])),
-            "not ones tonic sends"
-        );
+        use Compression::*;
+        for (values, expected) in [
+            (&[][..], None),
+            (&["identity"], None),
+            (&["identity, gzip"], Gzip),
+            (&["zstd,gzip"], Zstd),
+            (&["kube-fanout-no-compression"], None),
+            (&["br, deflate"], None),
+            // tonic reads the first header only.
+            (&["identity", "zstd"], None),
+        ] {
+            assert_eq!(negotiated(&headers(values)), expected, "{values:?}");
+        }
     }
 
     /// Whatever tonic's body gave in the poll that filled the slot (data,
@@ -284,6 +315,7 @@ mod tests {
                 snapshot.resource_version,
                 &Filter::new("", "", "", &SelectableFields::default()).unwrap(),
                 Projection::Full,
+                Default::default(),
             )
         };
         let mut expected = Vec::new();

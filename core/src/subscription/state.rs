@@ -15,7 +15,7 @@ use super::{
 use crate::{
     event::EventKind,
     object::{Object, ResourceVersion},
-    shared_snapshot::{FramedSnapshot, SharedSnapshots},
+    shared_snapshot::{FramedSnapshot, SnapshotFrames},
     store::{Head, ReadError, Snapshot, Store},
 };
 
@@ -29,7 +29,7 @@ pub enum Output {
     Event(Delivery),
     /// All of a snapshot's ADDEDs at once, framed and shared with the
     /// subscribers of the same snapshot (only for a subscription given
-    /// [`SharedSnapshots`], and only for a snapshot that sends something).
+    /// [`SnapshotFrames`], and only for a snapshot that sends something).
     /// The snapshot's end bookmark, if asked for, and the live events come
     /// after it, so they go out after its last chunk.
     Snapshot(FramedSnapshot),
@@ -40,7 +40,7 @@ pub(super) struct Subscription {
     cx: Context,
     state: State,
     /// Where the snapshot is sent from, if it is sent framed.
-    frames: Option<Arc<SharedSnapshots>>,
+    frames: Option<SnapshotFrames>,
 }
 
 /// Where a subscription is. The snapshot hold (see [`super::watch_on`])
@@ -82,7 +82,7 @@ impl Subscription {
         limits: Limits,
         hold: Option<SnapshotHold>,
         retire_at: Option<Instant>,
-        frames: Option<Arc<SharedSnapshots>>,
+        frames: Option<SnapshotFrames>,
     ) -> Self {
         Subscription {
             cx: Context {
@@ -123,11 +123,12 @@ impl Subscription {
                             .frames
                             .as_ref()
                             .map(|frames| {
-                                frames.join(
+                                frames.shared.join(
                                     &snapshot.objects,
                                     snapshot.resource_version,
                                     &spec.filter,
                                     spec.projection,
+                                    frames.compression,
                                 )
                             })
                             .filter(|framed| framed.events() > 0);
@@ -332,13 +333,19 @@ mod tests {
     /// bookmark alone, the hold released at once.
     #[tokio::test(start_paused = true)]
     async fn with_shared_snapshots_a_snapshot_goes_out_framed_then_its_bookmark() {
-        use crate::{shared_snapshot::SharedSnapshots, subscription::Output};
+        use crate::{
+            shared_snapshot::{SharedSnapshots, SnapshotFrames},
+            subscription::Output,
+        };
         let store = Arc::new(Store::new(configmaps(), 100));
         store.replace(
             vec![object("a", 1, r#"{"app":"x"}"#), object("b", 2, "{}")],
             ResourceVersion(2),
         );
-        let frames = Arc::new(SharedSnapshots::new(u64::MAX));
+        let frames = SnapshotFrames {
+            shared: Arc::new(SharedSnapshots::new(u64::MAX)),
+            compression: Default::default(),
+        };
         let hold = Arc::new(());
         let held = || Arc::strong_count(&hold) - 1;
         let on = |labels| {
