@@ -664,7 +664,11 @@ mod tests {
                 .into_inner();
             (slot, stream)
         };
+        // Both calls open (and their streams polled) before either sends
+        // a chunk: one encoding, shared.
         let (slot, mut stream) = watch().await;
+        let (again, mut second) = watch().await;
+        second.next().await.unwrap().unwrap();
         let first = pb::WatchEvent::decode(stream.next().await.unwrap().unwrap().to_bytes());
         let first = first.unwrap();
         assert_eq!(
@@ -691,12 +695,10 @@ mod tests {
         let served = service.cache.iter()[0].clone();
         assert_eq!(
             served.deliveries().events,
-            4,
-            "three ADDEDs and the bookmark"
+            8,
+            "three ADDEDs and the bookmark, to each"
         );
 
-        let (again, mut second) = watch().await;
-        second.next().await.unwrap().unwrap();
         let mut again = again.take().expect("left as the stream is polled");
         assert_eq!(again.next_chunk().unwrap().as_ptr(), chunk.as_ptr());
 
