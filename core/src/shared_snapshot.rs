@@ -490,7 +490,7 @@ mod tests {
     use crate::{
         fields::SelectableFields,
         fixtures::{configmaps, object_in},
-        store::Store,
+        store::{Snapshot, Store},
     };
 
     /// A store of `n` ConfigMaps of about 1 KiB in two namespaces, half of
@@ -542,15 +542,56 @@ mod tests {
         Filter::new(namespace, labels, "", &SelectableFields::default()).unwrap()
     }
 
+    /// A store of `n` objects (see [`store`]), a snapshot of it, and
+    /// shared encodings keeping at most `bound` bytes.
+    struct Fixture {
+        store: Store,
+        snapshot: Snapshot,
+        shared: SharedSnapshots,
+    }
+
+    impl Fixture {
+        fn new(n: u64, bound: u64) -> Self {
+            let store = store(n);
+            let snapshot = store.snapshot();
+            Fixture {
+                store,
+                snapshot,
+                shared: SharedSnapshots::new(bound),
+            }
+        }
+
+        /// A subscriber's way through the snapshot as `filter` and
+        /// `projection` show it, with `compression`.
+        fn join_as(
+            &self,
+            filter: &Filter,
+            projection: Projection,
+            compression: Compression,
+        ) -> FramedSnapshot {
+            self.shared.join(
+                &self.snapshot.objects,
+                self.snapshot.resource_version,
+                filter,
+                projection,
+                compression,
+            )
+        }
+
+        /// The same, for all of it, in full.
+        fn join(&self, compression: Compression) -> FramedSnapshot {
+            self.join_as(&filter("", ""), Projection::Full, compression)
+        }
+    }
+
     /// Whatever the filter and projection, the chunks hold exactly the
     /// ADDEDs a subscriber's own snapshot sends, in order, at the
     /// snapshot's resourceVersion, each its own message; and the counts
     /// given up front are those of what the chunks hold.
     #[test]
     fn the_chunks_are_the_snapshot_events_framed() {
-        let store = store(300);
-        let snapshot = store.snapshot();
-        let shared = SharedSnapshots::new(u64::MAX);
+        let fixture = Fixture::new(300, u64::MAX);
+        let snapshot = &fixture.snapshot;
         for (ns, labels) in [
             ("", ""),
             ("a", ""),
@@ -560,13 +601,7 @@ mod tests {
         ] {
             for projection in [Projection::Full, Projection::Metadata] {
                 let filter = filter(ns, labels);
-                let framed = shared.join(
-                    &snapshot.objects,
-                    snapshot.resource_version,
-                    &filter,
-                    projection,
-                    Compression::None,
-                );
+                let framed = fixture.join_as(&filter, projection, Compression::None);
                 let bytes = framed.bytes();
                 let (chunks, events) = all(framed);
                 let got: Vec<WatchEvent> = chunks.iter().flat_map(|c| messages(c)).collect();
@@ -603,19 +638,8 @@ mod tests {
     #[test]
     fn compressed_chunks_hold_the_same_messages_compressed() {
         use std::io::Read as _;
-        let store = store(200);
-        let snapshot = store.snapshot();
-        let shared = SharedSnapshots::new(u64::MAX);
-        let everything = filter("", "");
-        let join = |compression| {
-            shared.join(
-                &snapshot.objects,
-                snapshot.resource_version,
-                &everything,
-                Projection::Full,
-                compression,
-            )
-        };
+        let fixture = Fixture::new(200, u64::MAX);
+        let join = |compression| fixture.join(compression);
         let (plain, _) = all(join(Compression::None));
         let plain: Vec<WatchEvent> = plain.iter().flat_map(|c| messages(c)).collect();
         for compression in [Compression::Gzip, Compression::Zstd] {
@@ -646,7 +670,11 @@ mod tests {
             let message_bytes: usize = plain.iter().map(Message::encoded_len).sum();
             assert!(wire * 4 < message_bytes, "{compression:?}: {wire}");
         }
-        assert_eq!(shared.stats().chunks_shared, 0, "nothing shared across");
+        assert_eq!(
+            fixture.shared.stats().chunks_shared,
+            0,
+            "nothing shared across"
+        );
     }
 
     /// Subscribers of the same snapshot, filter and projection get the
@@ -655,18 +683,10 @@ mod tests {
     /// is done, nothing stays kept.
     #[test]
     fn subscribers_of_one_snapshot_share_its_chunks() {
-        let store = store(200);
-        let snapshot = store.snapshot();
-        let shared = SharedSnapshots::new(u64::MAX);
-        let join = |filter: &Filter, projection| {
-            shared.join(
-                &snapshot.objects,
-                snapshot.resource_version,
-                filter,
-                projection,
-                Compression::None,
-            )
-        };
+        let fixture = Fixture::new(200, u64::MAX);
+        let (store, shared) = (&fixture.store, &fixture.shared);
+        let join =
+            |filter: &Filter, projection| fixture.join_as(filter, projection, Compression::None);
         let everything = filter("", "");
         let (first, mut second) = (
             join(&everything, Projection::Full),
@@ -718,19 +738,9 @@ mod tests {
     /// having company, keeps them for whoever comes next.
     #[test]
     fn only_chunks_with_company_are_kept() {
-        let store = store(200);
-        let snapshot = store.snapshot();
-        let shared = SharedSnapshots::new(u64::MAX);
-        let everything = filter("", "");
-        let join = || {
-            shared.join(
-                &snapshot.objects,
-                snapshot.resource_version,
-                &everything,
-                Projection::Full,
-                Compression::None,
-            )
-        };
+        let fixture = Fixture::new(200, u64::MAX);
+        let shared = &fixture.shared;
+        let join = || fixture.join(Compression::None);
         let mut lone = join();
         let first = lone.next_chunk().unwrap();
         assert_eq!(shared.stats().retained_bytes, 0, "alone: nothing kept");
@@ -757,20 +767,10 @@ mod tests {
     /// bound.
     #[test]
     fn chunks_past_the_bound_are_built_again_not_kept() {
-        let store = store(200);
-        let snapshot = store.snapshot();
         let bound = (CHUNK_BYTES + 2048) as u64;
-        let shared = SharedSnapshots::new(bound);
-        let everything = filter("", "");
-        let join = || {
-            shared.join(
-                &snapshot.objects,
-                snapshot.resource_version,
-                &everything,
-                Projection::Full,
-                Compression::None,
-            )
-        };
+        let fixture = Fixture::new(200, bound);
+        let shared = &fixture.shared;
+        let join = || fixture.join(Compression::None);
         let (mut first, mut second) = (join(), join());
         let mut chunks = 0;
         while let Some(a) = first.next_chunk() {
@@ -799,18 +799,10 @@ mod tests {
     /// The hold is kept until the last chunk has been taken.
     #[test]
     fn the_hold_is_kept_until_the_last_chunk() {
-        let store = store(100);
-        let snapshot = store.snapshot();
-        let shared = SharedSnapshots::new(u64::MAX);
+        let fixture = Fixture::new(100, u64::MAX);
         let hold = Arc::new(());
-        let mut framed = shared
-            .join(
-                &snapshot.objects,
-                snapshot.resource_version,
-                &filter("", ""),
-                Projection::Full,
-                Compression::None,
-            )
+        let mut framed = fixture
+            .join(Compression::None)
             .holding(Some(Box::new(hold.clone())));
         while framed.next_chunk().is_some() {
             assert_eq!(Arc::strong_count(&hold), 2);
