@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/client-go/kubernetes"
 
@@ -35,7 +38,15 @@ func herd(args []string) (*herdResult, error) {
 	watchers := fs.Int("watchers", 200, "watchers, each on its own connection, all at once")
 	objects := fs.Int64("objects", 10000, "objects each watcher must receive")
 	pageSize := fs.Int64("page-size", 500, "paged: objects per page")
+	gzipped := fs.Bool("gzip", false, "fanout: ask kube-fanout for gzip-compressed answers")
 	fs.Parse(args)
+	if *gzipped {
+		// grpc-go offers every registered compressor in each call's
+		// grpc-accept-encoding, so registering gzip is the asking; done
+		// here rather than by importing encoding/gzip, which would make
+		// every case of this program ask.
+		encoding.RegisterCompressor(gzipCompressor{})
+	}
 	pids := servers.pids
 	ctx := context.Background()
 	cfg, err := restConfig(*servers.kubeconfig)
@@ -250,3 +261,14 @@ func readSnapshot(w *fanoutWatch) (int64, int64, int64, error) {
 		objects++
 	}
 }
+
+// gzipCompressor is gzip for grpc-go (as its encoding/gzip, without a
+// pool: a herd's answers are decompressed, its requests are not
+// compressed), registered only by a herd that asks for gzip.
+type gzipCompressor struct{}
+
+func (gzipCompressor) Name() string { return "gzip" }
+
+func (gzipCompressor) Compress(w io.Writer) (io.WriteCloser, error) { return gzip.NewWriter(w), nil }
+
+func (gzipCompressor) Decompress(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }

@@ -68,6 +68,10 @@ pub struct Args {
     /// Objects each herd watcher needs.
     #[arg(long, default_value_t = 10_000)]
     herd_objects: usize,
+    /// The herd's kube-fanout watchers ask for gzip-compressed answers
+    /// (the API server's modes are as always: client-go asks for gzip).
+    #[arg(long)]
+    herd_gzip: bool,
     /// Idle subscribers.
     #[arg(long, default_value_t = 10_000)]
     idle_watchers: usize,
@@ -593,7 +597,10 @@ impl Bench {
         for run in fanout_runs {
             let label = run.label(rounds);
             runs.push((
-                format!("kube-fanout Watch with initial events (TLS), {label}"),
+                format!(
+                    "kube-fanout Watch with initial events (TLS{}), {label}",
+                    if self.args.herd_gzip { ", gzip" } else { "" }
+                ),
                 run.herd,
             ));
             snapshots.push((label, run.snapshot));
@@ -604,18 +611,18 @@ impl Bench {
 
     /// One herd of `--herd-watchers` on `target`.
     async fn herd_run(&self, target: &str) -> anyhow::Result<Value> {
-        self.loadgen(
-            "herd",
-            &[
-                "-target".into(),
-                target.into(),
-                "-watchers".into(),
-                self.args.herd_watchers.to_string(),
-                "-objects".into(),
-                self.args.herd_objects.to_string(),
-            ],
-        )
-        .await
+        let mut args = vec![
+            "-target".into(),
+            target.into(),
+            "-watchers".into(),
+            self.args.herd_watchers.to_string(),
+            "-objects".into(),
+            self.args.herd_objects.to_string(),
+        ];
+        if self.args.herd_gzip {
+            args.push("-gzip".into());
+        }
+        self.loadgen("herd", &args).await
     }
 
     /// The node-scoped case at `watchers` nodes over `connections`, both
