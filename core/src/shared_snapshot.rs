@@ -50,7 +50,10 @@ use std::{
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kube_fanout_proto::{v1::EventType, wire::OwnWatchEvent};
+use kube_fanout_proto::{
+    v1::EventType,
+    wire::{OwnWatchEvent, put_frame_header},
+};
 use parking_lot::Mutex;
 
 use crate::{
@@ -395,11 +398,7 @@ impl Compressor {
                 self.compressed = gzip.finish().expect("gzip compresses into memory");
             }
         }
-        buf.put_u8(1);
-        buf.put_u32(
-            u32::try_from(self.compressed.len())
-                .expect("an object etcd holds is at most a few MiB, far below 4 GiB"),
-        );
+        put_frame_header(buf, true, self.compressed.len());
         buf.put_slice(&self.compressed);
     }
 }

@@ -140,6 +140,16 @@ pub mod wire {
         }
     }
 
+    /// Appends the header gRPC puts before each message on the wire: a
+    /// byte saying whether the message is compressed, then its length
+    /// (`len` bytes, four bytes big-endian).
+    pub fn put_frame_header(buf: &mut impl BufMut, compressed: bool, len: usize) {
+        buf.put_u8(u8::from(compressed));
+        buf.put_u32(
+            u32::try_from(len).expect("an object etcd holds is at most a few MiB, far below 4 GiB"),
+        );
+    }
+
     /// The most an own event's type and resourceVersion fields take: a key
     /// and a one-byte varint, then a key, a one-byte length and the at
     /// most 20 digits of a `u64`.
@@ -204,15 +214,12 @@ pub mod wire {
             buf.into()
         }
 
-        /// Appends the message as gRPC frames it on the wire: a byte saying
-        /// it is not compressed, its length (four bytes, big-endian), then
-        /// the encoded message. Frames written one after another are a
-        /// stream's messages in that order.
+        /// Appends the message as gRPC frames it on the wire: its frame
+        /// header ([`put_frame_header`], not compressed), then the encoded
+        /// message. Frames written one after another are a stream's
+        /// messages in that order.
         pub fn put_framed(&self, buf: &mut impl BufMut) {
-            buf.put_u8(0);
-            let len = u32::try_from(self.encoded_len())
-                .expect("an object etcd holds is at most a few MiB, far below 4 GiB");
-            buf.put_u32(len);
+            put_frame_header(buf, false, self.encoded_len());
             self.put(buf);
         }
 
