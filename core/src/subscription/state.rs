@@ -131,25 +131,22 @@ impl Subscription {
                                     frames.compression,
                                 )
                             })
-                            .filter(|framed| framed.events() > 0);
-                        // Sent framed, nothing is left to send one by one:
-                        // the next step goes on to the end bookmark.
-                        let next = match framed {
-                            Some(_) => candidates.end,
-                            None => candidates.start,
-                        };
-                        let hold = hold.take();
-                        let (framed, hold) = match framed {
-                            Some(framed) => (Some(framed.holding(hold)), None),
-                            None => (None, hold),
-                        };
+                            .filter(|framed| framed.events() > 0)
+                            // The framed snapshot keeps the hold, if it goes.
+                            .map(|framed| framed.holding(hold.take()));
                         self.state = State::Snapshot {
                             objects: snapshot.objects,
-                            next,
+                            // Sent framed, nothing is left to send one by
+                            // one: the next step goes on to the end bookmark.
+                            next: if framed.is_some() {
+                                candidates.end
+                            } else {
+                                candidates.start
+                            },
                             end: candidates.end,
                             resource_version: snapshot.resource_version,
                             seq: snapshot.seq,
-                            _hold: hold,
+                            _hold: hold.take(),
                         };
                         if let Some(framed) = framed {
                             return Some(Ok(Output::Snapshot(framed)));
