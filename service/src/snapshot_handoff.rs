@@ -15,7 +15,9 @@
 //! the stream only while this body polls tonic's, this body looks at the
 //! slot after every such poll before handing anything on, and a snapshot is
 //! a subscription's first item, so tonic holds nothing of the stream yet
-//! when it is left in the slot.
+//! when it is left in the slot. For the same reason the slot is looked at
+//! only until tonic's body first gives something: after that it stays
+//! empty, and a live event's frame costs no lock of it.
 //!
 //! A snapshot handed over goes out whole, as one item of the stream: what
 //! ends a stream early (a revoked permission, `Grant::guard`; a retired
@@ -160,7 +162,7 @@ where
                 Some(slot) => response.map(|body| {
                     tonic::body::Body::new(Handover {
                         body,
-                        slot,
+                        slot: Some(slot),
                         sending: None,
                         after: None,
                     })
@@ -203,7 +205,9 @@ type Polled = Option<Result<Frame<Bytes>, Status>>;
 /// before what tonic made after it.
 struct Handover {
     body: tonic::body::Body,
-    slot: SnapshotSlot,
+    /// Where the snapshot may still be left: `None` once it was, or once
+    /// tonic's body gave something without it (see the module docs).
+    slot: Option<SnapshotSlot>,
     /// The snapshot being handed over.
     sending: Option<FramedSnapshot>,
     /// What tonic's body gave in the poll that filled the slot, handed on
@@ -231,9 +235,16 @@ impl Body for Handover {
                 return Poll::Ready(after);
             }
             let polled = Pin::new(&mut this.body).poll_frame(cx);
-            let Some(framed) = this.slot.take() else {
+            let Some(slot) = &this.slot else {
                 return polled;
             };
+            let Some(framed) = slot.take() else {
+                if polled.is_ready() {
+                    this.slot = None;
+                }
+                return polled;
+            };
+            this.slot = None;
             this.sending = Some(framed);
             if let Poll::Ready(polled) = polled {
                 this.after = Some(polled);
@@ -344,7 +355,7 @@ mod tests {
         });
         let mut body = Handover {
             body: tonic::body::Body::new(http_body_util::StreamBody::new(inner)),
-            slot,
+            slot: Some(slot),
             sending: None,
             after: None,
         };
@@ -363,5 +374,37 @@ mod tests {
         expected.extend_from_slice(b"bookmark");
         assert_eq!(data, expected, "every chunk, then the bookmark");
         assert_eq!(trailers, 1);
+        assert!(body.slot.is_none(), "not looked at after the snapshot");
+    }
+
+    /// The slot is looked at while tonic's body has given nothing (a
+    /// stream still starting), and no longer once it gives a frame
+    /// without a snapshot: a stream's snapshot is its first item.
+    #[tokio::test]
+    async fn the_slot_is_looked_at_only_until_the_first_frame() {
+        let mut polls = 0;
+        let inner = futures::stream::poll_fn(move |_| {
+            polls += 1;
+            match polls {
+                1 => Poll::Pending,
+                2 => Poll::Ready(Some(Ok::<_, Status>(Frame::data(Bytes::from_static(
+                    b"event",
+                ))))),
+                _ => Poll::Ready(None),
+            }
+        });
+        let mut body = Handover {
+            body: tonic::body::Body::new(http_body_util::StreamBody::new(inner)),
+            slot: Some(SnapshotSlot::default()),
+            sending: None,
+            after: None,
+        };
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        assert!(body.slot.is_some(), "still starting");
+        let frame = Pin::new(&mut body).poll_frame(&mut cx);
+        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
+        assert!(body.slot.is_none(), "a first item that is no snapshot");
     }
 }
