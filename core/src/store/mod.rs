@@ -67,10 +67,13 @@
 //! sequence number) into it, like a `tokio::sync::broadcast` receiver, and
 //! resuming from a resourceVersion is finding the cursor for it. History is
 //! bounded by events, age and bytes ([`HistoryLimits`]); the newest event,
-//! and every event of a unit still being written, always stay. A cursor
-//! that falls off the ring's tail has missed events: the subscriber is told
-//! it lagged and where to resume, so a slow subscriber costs no memory
-//! beyond the shared ring.
+//! and every event of a unit still being written, always stay. A slow
+//! subscriber costs no memory beyond the shared ring: once half the history
+//! lies behind its cursor it is told it lagged and where to resume, while
+//! the ring still holds what follows that point for the other half
+//! ([`HistoryLimits::past_newer_half`]); a cursor that fell off the ring's
+//! tail all the same (a reader the transport did not poll meanwhile) is
+//! told where it got to, which is then Expired.
 
 mod cursor;
 mod probes;
@@ -153,6 +156,8 @@ pub struct Store {
     resource: ResourceType,
     objects: DashMap<String, Arc<Object>>,
     ring: Mutex<Ring>,
+    /// The ring's bounds, readable without its lock.
+    history: HistoryLimits,
     /// The last snapshot, for others at its position to share; taken after
     /// `ring` when both are held.
     snapshots: Snapshots,
@@ -192,7 +197,7 @@ impl Store {
 
     /// An empty, unsynced store keeping the history `limits` allow, its
     /// subscribers indexed by the type's default fields.
-    fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
+    pub(crate) fn with_history(resource: ResourceType, limits: HistoryLimits) -> Self {
         let fields = IndexedField::for_type(&resource, &[])
             .expect("the default indexed fields are every type's own");
         Self::with_index(resource, limits, fields)
@@ -208,6 +213,7 @@ impl Store {
         Store {
             objects: DashMap::new(),
             ring: Mutex::new(Ring::new(limits)),
+            history: limits,
             snapshots: Snapshots::default(),
             head: watch::Sender::new(Head::default()),
             dispatch: Arc::new(Dispatch::new(fields)),
@@ -546,6 +552,21 @@ impl Store {
     pub fn read_after(&self, cursor: u64, max: usize) -> Result<Vec<Arc<Event>>, ResourceVersion> {
         self.probes.read();
         self.ring.lock().read_after(cursor, max)
+    }
+
+    /// The history this store keeps.
+    pub fn history(&self) -> HistoryLimits {
+        self.history
+    }
+
+    /// Whether a reader that has read up to ring position `from` (`from_bytes`
+    /// of JSON) is past the newer half of the history (see
+    /// [`HistoryLimits::past_newer_half`]), or the ring has dropped what it
+    /// needs next.
+    pub(crate) fn past_newer_half(&self, from: u64, from_bytes: u64) -> bool {
+        self.ring
+            .lock()
+            .past_newer_half(from, from_bytes, Instant::now())
     }
 
     /// The ring position from which a watch resuming after `rv` continues.

@@ -43,6 +43,24 @@ pub struct HistoryLimits {
     pub bytes: u64,
 }
 
+impl HistoryLimits {
+    /// Whether a reader `events` and `bytes` behind the head, the next
+    /// event it needs `age` old, is past the newer half of this history:
+    /// more than half the events or bytes behind, or that event older than
+    /// half the age.
+    ///
+    /// Its resume point then has at most the other half of the history
+    /// left before the ring drops what follows it. Cut off there, a reader
+    /// still has that half to read what it was already handed and to come
+    /// back; cut off only once the ring drops its events, its resume point
+    /// would already be gone. A reader behind by the newest event alone is
+    /// never past it: the newest event always stays.
+    pub fn past_newer_half(&self, events: u64, bytes: u64, age: Duration) -> bool {
+        events >= 2
+            && (events > self.events as u64 / 2 || bytes > self.bytes / 2 || age > self.age / 2)
+    }
+}
+
 impl Default for HistoryLimits {
     /// 10,000 events, 75 s as the API server's watch cache keeps, 256 MiB.
     fn default() -> Self {
@@ -105,6 +123,25 @@ impl Ring {
         self.events
             .front()
             .map_or(0, |e| self.bytes - e.bytes_before())
+    }
+
+    /// Whether a reader that has read the ring up to position `from`
+    /// (`from_bytes` of JSON) is past the newer half of the history (see
+    /// [`HistoryLimits::past_newer_half`]); also when the ring has dropped
+    /// the next event it needs.
+    pub(super) fn past_newer_half(&self, from: u64, from_bytes: u64, now: Instant) -> bool {
+        let oldest = self.oldest_seq();
+        if from + 1 < oldest {
+            return true;
+        }
+        let Some(next) = self.events.get((from + 1 - oldest) as usize) else {
+            return false;
+        };
+        self.limits.past_newer_half(
+            self.seq - from,
+            self.bytes.saturating_sub(from_bytes),
+            now.duration_since(next.at),
+        )
     }
 
     /// The gap `rv` lies in, if any.

@@ -29,6 +29,11 @@ use crate::{
     store::{Head, Reader, Store},
 };
 
+/// How many events a subscriber hands out of one read between two checks
+/// of whether it is past the newer half of the history: a batch of
+/// [`BATCH`] is checked eight times, a lone event never (its read was).
+const CHECK_EVERY: usize = 32;
+
 /// What a subscription keeps whatever its state: the store, the request,
 /// its bounds and its view of the store's head. (Not kept in [`Live`]: an
 /// idle subscriber's memory is counted, and the subscription has these.)
@@ -85,6 +90,8 @@ enum Phase {
         /// Events read from the ring but not yet handled.
         pending: VecDeque<Arc<Event>>,
         last_sent: LastSent,
+        /// Events handled since the lag bound was last checked.
+        unchecked: usize,
     },
     /// Read up to the head as of its last read.
     Waiting {
@@ -198,6 +205,7 @@ impl Live {
             phase: Phase::CatchingUp {
                 pending: VecDeque::new(),
                 last_sent: LastSent::At(now),
+                unchecked: 0,
             },
             progress: Box::pin(tokio::time::sleep_until(sooner(
                 now + cx.limits.progress_interval,
@@ -237,7 +245,12 @@ impl Live {
     /// `CatchingUp`: hands out the next pending event that the subscriber
     /// receives; with none left, reads on from the cursor.
     fn catch_up(&mut self, cx: &mut Context) -> Result<Option<Delivery>, WatchError> {
-        let Phase::CatchingUp { pending, last_sent } = &mut self.phase else {
+        let Phase::CatchingUp {
+            pending,
+            last_sent,
+            unchecked,
+        } = &mut self.phase
+        else {
             // Only stepped in this phase (see `follow`).
             return Ok(None);
         };
@@ -248,6 +261,23 @@ impl Live {
             return Err(self.shutting_down(cx));
         }
         while let Some(event) = pending.pop_front() {
+            // A batch can take a slow reader longer to get through than
+            // half the history lasts: the history bound is checked within
+            // it too, every so many events, without the ring's lock.
+            *unchecked += 1;
+            if *unchecked == CHECK_EVERY {
+                *unchecked = 0;
+                let head = *cx.head.borrow();
+                if self.lag.past_newer_half(
+                    &cx.store.history(),
+                    &head,
+                    self.cursor,
+                    self.cursor_bytes,
+                    &event,
+                ) {
+                    return Err(lagged(self.resume, self.read_rv));
+                }
+            }
             self.cursor = event.seq;
             self.cursor_bytes = event.bytes_through;
             self.read_rv = event.resource_version;
@@ -315,6 +345,7 @@ impl Live {
                 Phase::CatchingUp {
                     pending: events.into(),
                     last_sent,
+                    unchecked: 0,
                 }
             }
             Ok(_) => {
@@ -449,10 +480,23 @@ impl Live {
     }
 
     fn lagged(&self) -> WatchError {
-        WatchError::Lagged {
-            resume_from: self.resume.rv(),
-        }
+        lagged(self.resume, self.read_rv)
     }
+}
+
+/// A lag cut-off of a subscriber at `resume` that has read the ring up to
+/// `read_rv`, naming the furthest point it can resume from: the last event
+/// it read, delivered or filtered out (it was handed everything its filter
+/// lets through up to there, as a progress bookmark there would say), or
+/// the point before an unfinished unit. The further on, the longer the
+/// store still holds what follows it. (A function, not a method: it runs
+/// while the phase's pending events are borrowed.)
+fn lagged(resume: Resume, read_rv: ResourceVersion) -> WatchError {
+    let resume_from = match resume {
+        Resume::At(_) => read_rv,
+        Resume::InUnit { before } => before,
+    };
+    WatchError::Lagged { resume_from }
 }
 
 /// Publishes that a subscriber has read up to `cursor` (`cursor_bytes`),

@@ -68,7 +68,9 @@ pub struct Limits {
     /// ...or more than this many bytes of objects as it receives them
     /// (only their metadata for a metadata-only subscriber), counting only
     /// events its filter lets through that arrived since its stream
-    /// started, is cut off with [`WatchError::Lagged`].
+    /// started, is cut off with [`WatchError::Lagged`]. (So is one past
+    /// the newer half of the store's history, whatever it owes: see
+    /// [`crate::store::HistoryLimits::past_newer_half`].)
     pub max_lag_bytes: u64,
     /// Coalescing: a subscriber whose events have been coming faster than
     /// one per this long, woken by new events less than this long after
