@@ -15,7 +15,7 @@ use kube_fanout_core::{
     reflector_status::{Phase, ReflectorStatus},
     store::Store,
 };
-use kube_fanout_proto::{CONNECTION_RETIRED, ends_initial_events, ends_resync};
+use kube_fanout_proto::{CONNECTION_RETIRED, SUBSCRIBER_LAGGED, ends_initial_events, ends_resync};
 use kube_runtime::watcher::DefaultBackoff;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -310,14 +310,22 @@ impl<P: Source> Feed<P> {
                 info!(error = %err, "the parent no longer holds the store's resourceVersion; taking a new snapshot");
                 return State::Snapshot;
             }
-            if status.code() == Code::Unavailable
-                && status.get_details_error_info().map(|i| i.reason).as_deref()
-                    == Some(CONNECTION_RETIRED)
-            {
+            let reason = status.get_details_error_info().map(|i| i.reason);
+            if status.code() == Code::Unavailable && reason.as_deref() == Some(CONNECTION_RETIRED) {
                 debug!("the parent retired the connection; resuming on a new one");
                 return State::Renew {
                     then: Box::new(then),
                 };
+            }
+            // This leaf read too slowly, not the parent's fault: a pause
+            // would only put it further behind, past where the parent
+            // still holds its place. It resumes at once, where it was.
+            if status.code() == Code::ResourceExhausted
+                && reason.as_deref() == Some(SUBSCRIBER_LAGGED)
+            {
+                info!(error = %err, "cut off by the parent for lag; resuming at once");
+                self.status.lock().last_error = Some(err.to_string());
+                return then;
             }
         }
         let delay = self.backoff.next().unwrap_or(Duration::from_secs(30));

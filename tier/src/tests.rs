@@ -20,7 +20,7 @@ use kube_fanout_core::{
     object::{ResourceVersion, Transform},
     store::{Gap, Store},
 };
-use kube_fanout_proto::{CONNECTION_RETIRED, ERROR_DOMAIN};
+use kube_fanout_proto::{CONNECTION_RETIRED, ERROR_DOMAIN, SUBSCRIBER_LAGGED};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -232,6 +232,35 @@ async fn a_retired_connection_is_resumed_at_once_on_a_new_one() {
     .await;
     assert_eq!(asked(&script), [("".into(), true), ("3".into(), false)]);
     assert_eq!(*script.moves.lock().unwrap(), ["renew"]);
+    let asked = script.asked.lock().unwrap();
+    assert_eq!(asked[1].0 - asked[0].0, Duration::ZERO, "no backoff");
+}
+
+/// A leaf the parent cut off for lag resumes at once from where its store
+/// is, on the same parent and connection: a pause would only put it
+/// further behind.
+#[tokio::test(start_paused = true)]
+async fn a_lag_cut_off_is_resumed_at_once_on_the_same_parent() {
+    let lagged = Status::with_error_details(
+        Code::ResourceExhausted,
+        "subscriber fell behind the event history; resume from resourceVersion 4",
+        ErrorDetails::with_error_info(SUBSCRIBER_LAGGED, ERROR_DOMAIN, []),
+    );
+    let live = vec![event(EventType::Added, "b", 4, false)];
+    let after = vec![event(EventType::Added, "c", 5, false)];
+    let (mut feed, store, script) = feed(vec![
+        Ok((
+            snapshot(&["a"], 3).into_iter().chain(live).collect(),
+            Some(lagged),
+        )),
+        Ok((after, None)),
+    ]);
+    step_until(&mut feed, State::Snapshot, &store, |s| {
+        s.head().resource_version.0 == 5
+    })
+    .await;
+    assert_eq!(asked(&script), [("".into(), true), ("4".into(), false)]);
+    assert!(script.moves.lock().unwrap().is_empty(), "the same parent");
     let asked = script.asked.lock().unwrap();
     assert_eq!(asked[1].0 - asked[0].0, Duration::ZERO, "no backoff");
 }
