@@ -95,6 +95,19 @@ type KubeFanoutClient interface {
 	// server stops serving a type (its CRD deleted), its watches end with
 	// NOT_FOUND, ErrorInfo reason "NoLongerServed".
 	//
+	// Slow subscribers. A subscriber that reads slower than its events come
+	// is cut off with RESOURCE_EXHAUSTED, ErrorInfo reason "SubscriberLagged"
+	// and the resourceVersion to resume from (the last event it was sent or
+	// that its filter passed over, or the point before an unfinished unit):
+	// once it owes more than the server's --max-lag-events or
+	// --max-lag-bytes, or once half the server's history (its
+	// --history-events, --history-bytes or --history-seconds) lies behind
+	// it. The other half is how long that resourceVersion stays held while
+	// the client reads what was already in flight to it and comes back:
+	// resume at once. Resuming from any point the server holds always makes
+	// progress; a subscriber that stays slower than its events still ends
+	// in Expired.
+	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
 	// another replica) or retires the connection at its maximum age
@@ -232,6 +245,19 @@ type KubeFanoutServer interface {
 	// resume from an older resourceVersion is then Expired). When the API
 	// server stops serving a type (its CRD deleted), its watches end with
 	// NOT_FOUND, ErrorInfo reason "NoLongerServed".
+	//
+	// Slow subscribers. A subscriber that reads slower than its events come
+	// is cut off with RESOURCE_EXHAUSTED, ErrorInfo reason "SubscriberLagged"
+	// and the resourceVersion to resume from (the last event it was sent or
+	// that its filter passed over, or the point before an unfinished unit):
+	// once it owes more than the server's --max-lag-events or
+	// --max-lag-bytes, or once half the server's history (its
+	// --history-events, --history-bytes or --history-seconds) lies behind
+	// it. The other half is how long that resourceVersion stays held while
+	// the client reads what was already in flight to it and comes back:
+	// resume at once. Resuming from any point the server holds always makes
+	// progress; a subscriber that stays slower than its events still ends
+	// in Expired.
 	//
 	// A watch also ends with UNAVAILABLE and the resourceVersion to resume
 	// from when the server stops (ErrorInfo reason "ShuttingDown": resume on
