@@ -3,9 +3,9 @@
 //! reflector so the registry of served types can hold it without depending
 //! on the reflector.
 
-use std::time::SystemTime;
+use std::{collections::VecDeque, time::SystemTime};
 
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 
 use crate::object::ResourceVersion;
 
@@ -83,6 +83,9 @@ pub struct ReflectorStatus {
     /// The counters then count the leaf's snapshots (`lists`) and watches
     /// on its parent.
     pub parent: Option<String>,
+    /// For a tier's leaf: the heads its parent was seen at, for how far the
+    /// store is behind it.
+    pub parent_heads: ParentHeads,
     /// The peer kube-fanout whose snapshot the store started from
     /// (`--bootstrap-from`), before the reflector watched the API server
     /// from its RV (`None`: the store started from the API server).
@@ -91,4 +94,118 @@ pub struct ReflectorStatus {
     /// the API server no longer serves the type (its CRD was deleted),
     /// or not yet. Cleared by the next one that succeeds.
     pub not_found_since: Option<Instant>,
+}
+
+/// The most parent heads a leaf remembers: at one look every 5 s, over
+/// five minutes; a leaf further behind shows the age of the oldest kept.
+const PARENT_HEADS: usize = 64;
+
+/// A tier's leaf's looks at its parent's head (the resourceVersion the
+/// parent's cache was at, and when), kept while its own store has not
+/// reached them: how long the store has been behind the parent.
+///
+/// The store is behind by at least the age of the oldest look it has not
+/// reached, and by less than the age of the look before that one: the
+/// figure is exact to the interval between looks, and never more than the
+/// truth. Looks at one parent only: another parent's RVs (its bookmarks
+/// from another API server) need not be ones the store will pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParentHeads {
+    /// The parent looked at (an address), and its heads the store has not
+    /// reached, oldest first.
+    parent: Option<String>,
+    ahead: VecDeque<(Instant, ResourceVersion)>,
+    /// The newest head seen, reached or not.
+    newest: Option<ResourceVersion>,
+}
+
+impl ParentHeads {
+    /// Records that `parent` was at `head` at `at`, the store being at
+    /// `store`. A look at another parent than the last starts afresh.
+    pub fn observe(
+        &mut self,
+        parent: &str,
+        at: Instant,
+        head: ResourceVersion,
+        store: ResourceVersion,
+    ) {
+        if self.parent.as_deref() != Some(parent) {
+            *self = ParentHeads {
+                parent: Some(parent.to_owned()),
+                ..ParentHeads::default()
+            };
+        }
+        self.newest = Some(head);
+        self.ahead.retain(|&(_, rv)| rv > store);
+        if head > store {
+            if self.ahead.len() == PARENT_HEADS {
+                self.ahead.pop_front();
+            }
+            self.ahead.push_back((at, head));
+        }
+    }
+
+    /// The parent's newest head seen, if it was looked at.
+    pub fn newest(&self) -> Option<ResourceVersion> {
+        self.newest
+    }
+
+    /// How long a store at `store` has been behind the parent, as of
+    /// `now`: zero when it has reached every head seen; `None` before the
+    /// first look.
+    pub fn behind(&self, now: Instant, store: ResourceVersion) -> Option<Duration> {
+        self.newest?;
+        Some(
+            self.ahead
+                .iter()
+                .find(|&&(_, rv)| rv > store)
+                .map_or(Duration::ZERO, |&(at, _)| now.duration_since(at)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::ResourceVersion as RV;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaf_is_behind_by_the_age_of_the_oldest_head_it_has_not_reached() {
+        let mut heads = ParentHeads::default();
+        let start = Instant::now();
+        assert_eq!(heads.behind(start, RV(1)), None, "never looked");
+        heads.observe("p", start, RV(10), RV(10));
+        assert_eq!(heads.behind(start, RV(10)), Some(Duration::ZERO));
+        let at = |s| start + Duration::from_secs(s);
+        heads.observe("p", at(5), RV(20), RV(12));
+        heads.observe("p", at(10), RV(30), RV(15));
+        assert_eq!(heads.behind(at(12), RV(15)), Some(Duration::from_secs(7)));
+        // Past 20, not yet at 30: behind since the look that saw 30.
+        assert_eq!(heads.behind(at(12), RV(25)), Some(Duration::from_secs(2)));
+        assert_eq!(heads.behind(at(12), RV(30)), Some(Duration::ZERO));
+        assert_eq!(heads.newest(), Some(RV(30)));
+        // Reached heads are forgotten at the next look.
+        heads.observe("p", at(15), RV(40), RV(30));
+        assert_eq!(heads.ahead.len(), 1);
+        // Another parent: its heads are not comparable with the old ones.
+        heads.observe("q", at(20), RV(35), RV(30));
+        assert_eq!(heads.behind(at(21), RV(30)), Some(Duration::from_secs(1)));
+        assert_eq!(heads.newest(), Some(RV(35)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaf_far_behind_keeps_a_bounded_number_of_heads() {
+        let mut heads = ParentHeads::default();
+        let start = Instant::now();
+        for i in 0..(PARENT_HEADS as u64 + 10) {
+            heads.observe("p", start + Duration::from_secs(5 * i), RV(100 + i), RV(1));
+        }
+        assert_eq!(heads.ahead.len(), PARENT_HEADS);
+        let now = start + Duration::from_secs(5 * (PARENT_HEADS as u64 + 10));
+        assert_eq!(
+            heads.behind(now, RV(1)),
+            Some(Duration::from_secs(5 * PARENT_HEADS as u64)),
+            "the oldest kept"
+        );
+    }
 }
