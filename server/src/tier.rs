@@ -12,7 +12,7 @@ use kube_fanout_core::{
     resource::GroupVersionResource,
     store::{HistoryLimits, Store},
 };
-use kube_fanout_tier::Feed;
+use kube_fanout_tier::{Feed, HeadProbe, Probed};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
@@ -40,10 +40,17 @@ pub(crate) async fn start(
     let mut parent = client_config(parents)?.connect().await?;
     let types = kube_fanout_tier::discover(&mut parent, resources).await?;
     let mut cache = ServedTypes::default();
+    let mut probed = Vec::new();
     for (resource, indexed) in discovery::indexed(types, index_fields)? {
         let span = info_span!("feed", resource = %resource.gvr);
+        let gvr = resource.gvr.clone();
         let store = Arc::new(Store::with_index(resource, history, indexed));
         let feed = Feed::new(parent.clone(), store.clone(), transform);
+        probed.push(Probed {
+            gvr,
+            store: store.clone(),
+            status: feed.status(),
+        });
         cache.insert(Served::new(store, feed.status()));
         let cancel = cancel.clone();
         tasks.spawn(
@@ -54,6 +61,16 @@ pub(crate) async fn start(
             .instrument(span),
         );
     }
+    // A connection of its own (see the probe's docs).
+    let probe = HeadProbe::new(client_config(parents)?.build()?, probed);
+    let cancel = cancel.clone();
+    tasks.spawn(
+        async move {
+            probe.run(cancel).await;
+            Ok(())
+        }
+        .instrument(info_span!("head probe")),
+    );
     Ok(cache)
 }
 

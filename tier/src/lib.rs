@@ -22,13 +22,15 @@
 //! address, from there.
 //!
 //! [`discover`] takes the types' kind, scope and selectable fields from the
-//! parent's ListResources.
+//! parent's ListResources; a [`HeadProbe`] looks at the parent's heads
+//! there, for how far each store is behind it.
 //!
 //! [`Store::apply_unit`]: kube_fanout_core::store::Store::apply_unit
 
 mod discovery;
 mod error;
 mod feed;
+mod probe;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -36,4 +38,5 @@ mod tests;
 pub use discovery::{DiscoveryError, discover};
 pub use error::FeedError;
 pub use feed::Feed;
+pub use probe::{HeadProbe, INTERVAL as PROBE_INTERVAL, Probed};
 pub use state::State;
