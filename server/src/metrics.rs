@@ -276,6 +276,22 @@ impl Collector for CacheCollector {
             ]);
             ConstGauge::new(1i64).encode(upstream.encode_family(&labels)?)?;
         }
+        let mut lag = encoder.encode_descriptor(
+            "kube_fanout_upstream_lag_seconds",
+            "For a tier's leaf: how long the type's cache has been behind its parent, the age of the oldest of the parent's heads (looked at every 5 s with ListResources) it has not reached; a lower bound, exact to the 5 s between looks. Absent for a type fed by the API server and before the first look.",
+            None,
+            MetricType::Gauge,
+        )?;
+        let now = tokio::time::Instant::now();
+        for (labels, scraped) in &states {
+            if let Some(behind) = scraped
+                .reflector
+                .parent_heads
+                .behind(now, scraped.store.head.resource_version)
+            {
+                ConstGauge::new(behind.as_secs_f64()).encode(lag.encode_family(labels)?)?;
+            }
+        }
         for family in FAMILIES {
             let mut metric =
                 encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
@@ -704,6 +720,50 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
         }
+    }
+
+    /// A leaf's types say how long they have been behind their parent; a
+    /// type fed by the API server, or not looked at yet, has no line.
+    #[tokio::test(start_paused = true)]
+    async fn a_leafs_lag_behind_its_parent_is_exposed_and_no_other() {
+        let leaf = Arc::new(Store::new(configmaps(), 10));
+        leaf.replace(vec![object("a", 3, "{}")], ResourceVersion(3));
+        let mut heads = kube_fanout_core::reflector_status::ParentHeads::default();
+        let looked = tokio::time::Instant::now();
+        heads.observe(
+            "http://parent:50051/",
+            looked,
+            ResourceVersion(9),
+            ResourceVersion(3),
+        );
+        let status = |parent: Option<&str>, parent_heads| {
+            Arc::new(Mutex::new(ReflectorStatus {
+                parent: parent.map(str::to_owned),
+                parent_heads,
+                ..ReflectorStatus::default()
+            }))
+        };
+        let mut cache = ServedTypes::default();
+        cache.insert(Served::new(
+            leaf,
+            status(Some("http://parent:50051/"), heads),
+        ));
+        let mut secrets = configmaps();
+        secrets.gvr = "v1/secrets".parse().unwrap();
+        let fed = Arc::new(Store::new(secrets, 10));
+        fed.replace(Vec::new(), ResourceVersion(3));
+        cache.insert(Served::new(fed, status(None, Default::default())));
+        tokio::time::advance(std::time::Duration::from_millis(7500)).await;
+        let text = render(&registry(Arc::new(cache), Vec::new())).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("kube_fanout_upstream_lag_seconds"))
+            .collect();
+        assert_eq!(
+            lines,
+            [r#"kube_fanout_upstream_lag_seconds{resource="v1/configmaps"} 7.5"#],
+            "{text}"
+        );
     }
 
     #[test]

@@ -337,6 +337,15 @@ impl FanoutService {
                 .as_ref()
                 .map_or_else(|| "api-server".to_owned(), |p| format!("kube-fanout {p}")),
             bootstrapped_from: reflector.bootstrapped_from.clone().unwrap_or_default(),
+            upstream_resource_version: reflector
+                .parent_heads
+                .newest()
+                .map(|rv| rv.to_string())
+                .unwrap_or_default(),
+            upstream_lag_seconds: reflector
+                .parent_heads
+                .behind(Instant::now(), status.head.resource_version)
+                .map_or(0, |lag| lag.as_secs()),
             custom_resource: custom_fields.is_some(),
             selectable_fields: custom_fields.unwrap_or_default(),
             origin: match served.origin {

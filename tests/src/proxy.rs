@@ -1,19 +1,22 @@
 //! A loopback TCP proxy that counts the bytes it carries each way: what a
 //! stream really costs on the wire (HTTP/2 frames, gRPC framing,
-//! compression and all), measured between a client and kube-fanout.
+//! compression and all), measured between a client and kube-fanout; and
+//! that can hold one connection's bytes from the server, to stall what
+//! goes over it (a leaf's feed) while other connections go on.
 
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{TcpListener, TcpStream},
+    sync::watch,
     task::JoinHandle,
 };
 use tracing::Instrument;
@@ -23,6 +26,9 @@ pub struct CountingProxy {
     /// Where clients connect.
     pub addr: SocketAddr,
     from_server: Arc<AtomicU64>,
+    /// Per connection, in the order they were accepted: whether the
+    /// server's bytes are held.
+    held: Arc<Mutex<Vec<watch::Sender<bool>>>>,
     task: JoinHandle<()>,
 }
 
@@ -33,6 +39,8 @@ impl CountingProxy {
         let addr = listener.local_addr()?;
         let from_server = Arc::new(AtomicU64::new(0));
         let counter = from_server.clone();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let connections = held.clone();
         let task = tokio::spawn(
             async move {
                 while let Ok((client, _)) = listener.accept().await {
@@ -42,12 +50,14 @@ impl CountingProxy {
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     let counter = counter.clone();
+                    let (hold, holding) = watch::channel(false);
+                    connections.lock().expect("connections").push(hold);
                     tokio::spawn(
-                        pipe(client_read, server_write, None)
+                        pipe(client_read, server_write, None, None)
                             .instrument(tracing::info_span!("proxy upstream")),
                     );
                     tokio::spawn(
-                        pipe(server_read, client_write, Some(counter))
+                        pipe(server_read, client_write, Some(counter), Some(holding))
                             .instrument(tracing::info_span!("proxy downstream")),
                     );
                 }
@@ -57,6 +67,7 @@ impl CountingProxy {
         Ok(CountingProxy {
             addr,
             from_server,
+            held,
             task,
         })
     }
@@ -64,6 +75,17 @@ impl CountingProxy {
     /// Bytes sent by the server to clients so far.
     pub fn bytes_from_server(&self) -> u64 {
         self.from_server.load(Ordering::SeqCst)
+    }
+
+    /// Holds (`true`) or lets go (`false`) the server's bytes to the
+    /// `n`th connection accepted (from 0); what arrives meanwhile waits.
+    pub fn hold(&self, n: usize, held: bool) -> Result<()> {
+        let connections = self.held.lock().expect("connections");
+        let connection = connections
+            .get(n)
+            .with_context(|| format!("only {} connections", connections.len()))?;
+        connection.send_replace(held);
+        Ok(())
     }
 }
 
@@ -74,11 +96,12 @@ impl Drop for CountingProxy {
 }
 
 /// Copies `from` to `to` until either side closes, adding what it
-/// forwarded to `counter`.
+/// forwarded to `counter`, and waiting while `held` says so.
 async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     counter: Option<Arc<AtomicU64>>,
+    mut held: Option<watch::Receiver<bool>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -86,6 +109,11 @@ async fn pipe(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some(held) = &mut held
+            && held.wait_for(|held| !held).await.is_err()
+        {
+            break;
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }

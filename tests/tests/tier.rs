@@ -14,7 +14,9 @@ use kube_fanout::options::Peers;
 use kube_fanout_client::proto::{EventType, WatchEvent, WatchRequest};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port},
+    eventually::eventually,
     fanout::Fanout,
+    proxy::CountingProxy,
     support::*,
 };
 use tonic::{Code, Streaming};
@@ -384,5 +386,82 @@ async fn a_leaf_whose_next_parent_no_longer_holds_its_rv_publishes_the_new_snaps
     );
     leaf.stop().await?;
     second.stop().await?;
+    Ok(())
+}
+
+/// The configmaps' status on `server`: (its RV, its parent's head as last
+/// seen, seconds behind the parent).
+async fn lag_status(server: &Fanout) -> Result<(String, String, u64)> {
+    let status = server.client().await?.list_resources().await?.resources;
+    let configmaps = status.first().context("configmaps served")?;
+    Ok((
+        configmaps.resource_version.clone(),
+        configmaps.upstream_resource_version.clone(),
+        configmaps.upstream_lag_seconds,
+    ))
+}
+
+/// A leaf says how long it has been behind its parent (ListResources and
+/// `kube_fanout_upstream_lag_seconds`): 0 while it keeps up; growing while
+/// the connection its feed reads is held back (it looks at the parent's
+/// head over a connection of its own); 0 again once that is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_says_how_long_it_has_been_behind_its_parent() -> Result<()> {
+    let cp = control_plane().await?;
+    let parent = replica(&cp).await?;
+    let proxy = CountingProxy::start(parent.addr).await?;
+    let leaf = leaf_of(&cp, vec![proxy.addr]).await?;
+    let parent_rv = async || -> Result<String> {
+        let status = parent.client().await?.list_resources().await?.resources;
+        Ok(status
+            .first()
+            .context("configmaps")?
+            .resource_version
+            .clone())
+    };
+    let rv = parent_rv().await?;
+    eventually("the leaf looked at its parent's head and has reached it")
+        .until(
+            async || lag_status(&leaf).await,
+            |(at, head, lag)| *at == rv && *head == rv && *lag == 0,
+        )
+        .await?;
+
+    // The first connection through the proxy is the feeds' (discovery's,
+    // shared by every type's feed); the head probe connects after them.
+    proxy.hold(0, true)?;
+    three_writes(&cp.client, 0).await?;
+    let written = parent_rv().await?;
+    // The client's keepalive ends a held connection after 10-20 s (the
+    // feed then resumes over a new one): the lag shows before that.
+    let (at, head, lag) = eventually("the leaf behind its parent by a second or more")
+        .within(Duration::from_secs(15))
+        .every(Duration::from_millis(200))
+        .until(
+            async || lag_status(&leaf).await,
+            |(_, head, lag)| *head == written && *lag >= 1,
+        )
+        .await?;
+    assert_eq!(
+        at, rv,
+        "the leaf's store did not move while held (lag {lag} s, parent at {head})"
+    );
+    let metrics = http_get(leaf.metrics_addr.context("metrics")?, "/metrics").await?;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"kube_fanout_upstream_lag_seconds{resource="v1/configmaps"} "#))
+        .with_context(|| format!("no lag line in\n{metrics}"))?;
+    let seconds: f64 = line.rsplit(' ').next().unwrap_or_default().parse()?;
+    assert!(seconds >= 1.0, "{line}");
+
+    proxy.hold(0, false)?;
+    eventually("the leaf caught up with its parent")
+        .until(
+            async || lag_status(&leaf).await,
+            |(at, _, lag)| *at == written && *lag == 0,
+        )
+        .await?;
+    leaf.stop().await?;
+    parent.stop().await?;
     Ok(())
 }

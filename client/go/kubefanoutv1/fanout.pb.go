@@ -883,8 +883,16 @@ type ResourceStatus struct {
 	// snapshot's resourceVersion; empty when it started with its own LIST
 	// (or watch-list) of the API server.
 	BootstrappedFrom string `protobuf:"bytes,22,opt,name=bootstrapped_from,json=bootstrappedFrom,proto3" json:"bootstrapped_from,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// For a tier's leaf: the resourceVersion its parent's cache was at when
+	// last looked at (every 5 s, with ListResources), and for how many whole
+	// seconds this cache has been behind the parent: the age of the oldest
+	// look whose resourceVersion it has not reached (a lower bound, exact to
+	// the 5 s between looks; 0 once it reached every look). Empty and 0 for
+	// a type fed by the API server, and before the first look.
+	UpstreamResourceVersion string `protobuf:"bytes,23,opt,name=upstream_resource_version,json=upstreamResourceVersion,proto3" json:"upstream_resource_version,omitempty"`
+	UpstreamLagSeconds      uint64 `protobuf:"varint,24,opt,name=upstream_lag_seconds,json=upstreamLagSeconds,proto3" json:"upstream_lag_seconds,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ResourceStatus) Reset() {
@@ -1071,6 +1079,20 @@ func (x *ResourceStatus) GetBootstrappedFrom() string {
 	return ""
 }
 
+func (x *ResourceStatus) GetUpstreamResourceVersion() string {
+	if x != nil {
+		return x.UpstreamResourceVersion
+	}
+	return ""
+}
+
+func (x *ResourceStatus) GetUpstreamLagSeconds() uint64 {
+	if x != nil {
+		return x.UpstreamLagSeconds
+	}
+	return 0
+}
+
 var File_kubefanout_v1_fanout_proto protoreflect.FileDescriptor
 
 const file_kubefanout_v1_fanout_proto_rawDesc = "" +
@@ -1120,7 +1142,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x14ListResourcesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
-	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xdf\x06\n" +
+	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xcd\a\n" +
 	"\x0eResourceStatus\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1e\n" +
@@ -1149,7 +1171,9 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\bupstream\x18\x13 \x01(\tR\bupstream\x12'\n" +
 	"\x0fcustom_resource\x18\x14 \x01(\bR\x0ecustomResource\x12+\n" +
 	"\x11selectable_fields\x18\x15 \x03(\tR\x10selectableFields\x12+\n" +
-	"\x11bootstrapped_from\x18\x16 \x01(\tR\x10bootstrappedFrom*[\n" +
+	"\x11bootstrapped_from\x18\x16 \x01(\tR\x10bootstrappedFrom\x12:\n" +
+	"\x19upstream_resource_version\x18\x17 \x01(\tR\x17upstreamResourceVersion\x120\n" +
+	"\x14upstream_lag_seconds\x18\x18 \x01(\x04R\x12upstreamLagSeconds*[\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
