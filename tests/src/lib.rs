@@ -3,8 +3,9 @@
 //! in process against them ([`fanout`]) or as its binary ([`process`]), a
 //! cluster with a real node that runs the chart's pods ([`node`]), the real
 //! helm ([`helm`]), the randomized fault test of the Watch contract
-//! ([`faults`]), and the check that a watching client printed every change
-//! once, in order ([`changes`]).
+//! ([`faults`]) with a stand-in for a Service in front of restarting
+//! servers ([`forwarder`]), and the check that a watching client printed
+//! every change once, in order ([`changes`]).
 
 pub mod changes;
 pub mod clients;
@@ -12,6 +13,7 @@ pub mod controlplane;
 pub mod eventually;
 pub mod fanout;
 pub mod faults;
+pub mod forwarder;
 pub mod helm;
 pub mod node;
 pub mod pki;

@@ -96,8 +96,9 @@ impl Drop for CountingProxy {
 }
 
 /// Copies `from` to `to` until either side closes, adding what it
-/// forwarded to `counter`, and waiting while `held` says so.
-async fn pipe(
+/// forwarded to `counter` and waiting while `held` says so; then shuts
+/// `to` down (also used by [`crate::forwarder`]).
+pub(crate) async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     counter: Option<Arc<AtomicU64>>,
