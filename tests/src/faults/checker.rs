@@ -117,6 +117,35 @@ pub struct Figures {
     /// Other failures by code (and reason): how many, and the first one's
     /// message, so that a report says what they were.
     pub other_failures: BTreeMap<String, (usize, String)>,
+    /// The same life seen per server (by its index in the run's list), so
+    /// that a run with tiers can tell its figures by tier.
+    pub servers: BTreeMap<usize, OnServer>,
+}
+
+/// What happened on one server.
+#[derive(Debug, Clone, Default)]
+pub struct OnServer {
+    /// Watch calls to it.
+    pub connections: usize,
+    /// Resumes on it, by the server of the connection before.
+    pub resumes_from: BTreeMap<usize, usize>,
+    /// Finished re-sync units received from it, by their RV.
+    pub units: BTreeMap<u64, usize>,
+    /// Streams it ended with Expired.
+    pub expired: usize,
+}
+
+impl OnServer {
+    fn add(&mut self, other: &OnServer) {
+        self.connections += other.connections;
+        self.expired += other.expired;
+        for (from, n) in &other.resumes_from {
+            *self.resumes_from.entry(*from).or_default() += n;
+        }
+        for (rv, n) in &other.units {
+            *self.units.entry(*rv).or_default() += n;
+        }
+    }
 }
 
 impl Figures {
@@ -139,6 +168,13 @@ impl Figures {
                 .or_insert_with(|| (0, example.clone()));
             entry.0 += n;
         }
+        for (server, figures) in &other.servers {
+            self.servers.entry(*server).or_default().add(figures);
+        }
+    }
+
+    fn on(&mut self, server: usize) -> &mut OnServer {
+        self.servers.entry(server).or_default()
     }
 }
 
@@ -229,11 +265,17 @@ pub fn check(truth: &TruthLog, life: &Life) -> (Vec<Violation>, Figures) {
             } => {
                 c.connection += 1;
                 c.figures.connections += 1;
+                c.figures.on(*replica).connections += 1;
                 if !*snapshot {
                     c.figures.resumes += 1;
                     if *replica != c.replica && c.connection > 1 {
                         c.figures.failovers += 1;
                     }
+                    *c.figures
+                        .on(*replica)
+                        .resumes_from
+                        .entry(c.replica)
+                        .or_default() += 1;
                 }
                 c.replica = *replica;
                 received = 0;
@@ -653,6 +695,7 @@ impl Checker<'_> {
             return;
         }
         self.figures.resyncs += 1;
+        *self.figures.on(self.replica).units.entry(l).or_default() += 1;
         let mut seen = BTreeSet::new();
         for (kind, key, obj) in changes {
             if !seen.insert(key.clone()) {
@@ -722,7 +765,10 @@ impl Checker<'_> {
         };
         let what = format!("{code:?} {reason} rv={resource_version:?}: {message}");
         match code {
-            Code::OutOfRange if reason == "Expired" => self.figures.expired += 1,
+            Code::OutOfRange if reason == "Expired" => {
+                self.figures.expired += 1;
+                self.figures.on(self.replica).expired += 1;
+            }
             Code::ResourceExhausted => self.figures.cut_offs += 1,
             other => {
                 self.figures
