@@ -8,7 +8,14 @@
 //! Replica B serves configmaps on demand (`--on-demand-resources`, no
 //! `--resource`), A as a configured type: the contract holds for both.
 //!
-//! `ci_sized_run` runs in `scripts/test` (about two minutes); the soak is
+//! The tier runs (issue 27) add two leaves, C and D, fed by the replicas
+//! as their parents through a stable address each: subscribers on leaves
+//! and parents resume across tiers, A's re-sync units pass through the
+//! leaf that follows A, a killed replica's leaves fail over to the other
+//! (resuming from their own RV), and killed leaves' subscribers move.
+//!
+//! `ci_sized_run` and `ci_sized_tier_run` run in `scripts/test` (about
+//! two minutes each); the soak, with tiers, is
 //!
 //! ```sh
 //! cargo test -p kube-fanout-tests --test faults -- --ignored soak --nocapture
@@ -20,8 +27,13 @@ use kube_fanout_tests::faults::{self, Plan, Report};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_kube-fanout-under-test");
 
+/// One fault run at a time: each takes the machine's two cores, and the
+/// test harness would run this file's tests side by side.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn run(plan: Plan) -> anyhow::Result<Report> {
     kube_fanout_tests::init_logging();
+    let _alone = ONE_AT_A_TIME.lock().await;
     let report = faults::run(&plan, Path::new(BINARY)).await?;
     println!("{report}");
     assert_eq!(report.faults.apiserver_restarts, plan.apiserver_restarts);
@@ -50,6 +62,35 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
             && report.metadata_only > 0,
         "subscribers woken through the name and label indexes (a label set and a label's presence too) and metadata-only ones took part"
     );
+    if plan.leaves {
+        let tiers = report.tiers.as_ref().expect("figures by tier");
+        let done = &report.faults.tiers;
+        assert_eq!(done.leaf_kills, plan.leaf_kills);
+        assert!(
+            done.subscribers_on_killed_leaves > 0,
+            "a killed leaf had subscribers"
+        );
+        assert!(
+            done.leaf_failovers >= plan.replica_kills,
+            "each replica kill moved a leaf to the other parent"
+        );
+        assert_eq!(
+            done.resumed_failovers, done.leaf_failovers,
+            "a leaf fails over from its store's RV, without a new snapshot"
+        );
+        assert!(
+            done.leaves_following_a > 0,
+            "a leaf followed A when its API server restarted"
+        );
+        assert!(
+            tiers.parent_to_leaf > 0 && tiers.leaf_to_parent > 0,
+            "subscribers resumed across tiers both ways"
+        );
+        assert!(
+            tiers.a_units_on_leaves > 0,
+            "A's re-sync unit reached a subscriber on a leaf, at the same RV"
+        );
+    }
     assert!(
         report.violations.is_empty(),
         "{} violations of the Watch contract (see above)",
@@ -68,6 +109,8 @@ async fn ci_sized_run() -> anyhow::Result<()> {
         min_churn: Duration::from_secs(60),
         apiserver_restarts: 2,
         replica_kills: 2,
+        leaves: false,
+        leaf_kills: 0,
         changes_while_down: 80,
         max_lag_events: 100,
         hang_up_ms: (300, 3000),
@@ -75,6 +118,30 @@ async fn ci_sized_run() -> anyhow::Result<()> {
         final_catch_up: Duration::from_secs(30),
         deadline: Duration::from_secs(240),
         seed: 1,
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_sized_tier_run() -> anyhow::Result<()> {
+    run(Plan {
+        subscribers: 16,
+        slow_share: 0.25,
+        writers: 2,
+        min_changes: 3000,
+        min_churn: Duration::from_secs(60),
+        apiserver_restarts: 2,
+        replica_kills: 2,
+        leaves: true,
+        leaf_kills: 2,
+        changes_while_down: 80,
+        max_lag_events: 100,
+        hang_up_ms: (300, 3000),
+        max_connections: 2000,
+        final_catch_up: Duration::from_secs(30),
+        deadline: Duration::from_secs(240),
+        seed: 16,
     })
     .await?;
     Ok(())
@@ -91,6 +158,8 @@ async fn soak() -> anyhow::Result<()> {
         min_churn: Duration::from_secs(300),
         apiserver_restarts: 3,
         replica_kills: 4,
+        leaves: true,
+        leaf_kills: 4,
         changes_while_down: 150,
         max_lag_events: 300,
         hang_up_ms: (300, 6000),

@@ -10,11 +10,18 @@
 //! meanwhile), kill -9 and
 //! restart of a replica, slow readers. At the end the [`checker`] replays
 //! every subscriber's whole life against the truth.
+//!
+//! With [`Plan::leaves`], the replicas are also the parents of two leaves
+//! of a tier, C and D ([`tiers`]), which the subscribers use as they do
+//! the replicas: A's re-sync units pass through the leaf following it,
+//! a killed replica's leaves fail over to the other, and leaves are
+//! killed and restarted too.
 
 pub mod checker;
 pub mod model;
 pub mod replica;
 pub mod subscriber;
+pub mod tiers;
 pub mod truth;
 mod writer;
 
@@ -37,6 +44,7 @@ use checker::{Figures, Guarantee, Violation};
 use model::{Filter, NameTerm};
 use replica::Replica;
 use subscriber::{Behaviour, Life};
+use tiers::{PARENTS, TierFaults, TierFigures, Tiers};
 use truth::Truth;
 
 /// The shape of one run.
@@ -54,8 +62,13 @@ pub struct Plan {
     pub min_churn: Duration,
     /// Times API server 1 is killed and restarted.
     pub apiserver_restarts: usize,
-    /// Times a replica (A and B in turn) is killed and restarted.
+    /// Times a replica (B and A in turn) is killed and restarted.
     pub replica_kills: usize,
+    /// Two leaves of a tier, C and D, the replicas their parents, with
+    /// subscribers on them too.
+    pub leaves: bool,
+    /// Times a leaf (D and C in turn) is killed and restarted.
+    pub leaf_kills: usize,
     /// Changes written while a killed component is down.
     pub changes_while_down: usize,
     /// The replicas' `--max-lag-events`, small so that slow readers are cut off.
@@ -85,6 +98,8 @@ pub struct Faults {
     pub gap_changes: usize,
     /// Subscribers that read slowly.
     pub slow_subscribers: usize,
+    /// What the faults did to the tiers.
+    pub tiers: TierFaults,
 }
 
 /// What a run did and found.
@@ -113,6 +128,8 @@ pub struct Report {
     pub faults: Faults,
     /// The subscribers' figures, summed.
     pub figures: Figures,
+    /// Those by tier, in a run with leaves.
+    pub tiers: Option<TierFigures>,
     /// Every violation found.
     pub violations: Vec<Violation>,
     /// How long it took.
@@ -127,7 +144,7 @@ impl fmt::Display for Report {
         let g = &self.figures;
         writeln!(
             f,
-            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label ({} by a set of values, {} by its presence), {} metadata-only, {} compressed), {} connections, {} resumes ({} on the other replica), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
+            "fault run: {} changes, {} subscribers ({} slow, {} pinned to a name, {} excluding one, {} indexed by a label ({} by a set of values, {} by its presence), {} metadata-only, {} compressed), {} connections, {} resumes ({} on another server), {} snapshots, {} re-sync units seen, {} events, {} Expired, {} lag cut-offs, hang-ups inside {} units and {} snapshots, other stream failures {:?}",
             self.changes,
             self.subscribers,
             self.faults.slow_subscribers,
@@ -159,6 +176,10 @@ impl fmt::Display for Report {
             self.faults.replica_kills,
             self.elapsed
         )?;
+        if let Some(tiers) = &self.tiers {
+            writeln!(f, "tiers: {tiers}")?;
+            writeln!(f, "tier faults: {}", self.faults.tiers)?;
+        }
         let mut by: std::collections::BTreeMap<
             Guarantee,
             (usize, std::collections::BTreeSet<usize>),
@@ -197,6 +218,10 @@ impl fmt::Display for Report {
 
 /// Runs `plan` with `binary` as kube-fanout.
 pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
+    anyhow::ensure!(
+        plan.leaves || plan.leaf_kills == 0,
+        "leaf kills without leaves"
+    );
     let started = Instant::now();
     let hard_deadline = started + plan.deadline;
     let mut cp = ControlPlane::start().await?;
@@ -224,12 +249,21 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
             "--on-demand-idle-seconds=3600".to_owned(),
         ])
         .collect();
-    let mut replicas = [
+    let mut servers = vec![
         Replica::start("A", binary, &cp.kubeconfig, &flags, &dir).await?,
         Replica::start("B", binary, &cp.extra_kubeconfig(), &on_demand, &dir).await?,
     ];
+    let tiers = if plan.leaves {
+        // A leaf reads no API server with --auth=none, but the binary
+        // wants a kubeconfig: the API server that stays up, so that the
+        // leaves owe nothing to the one that is killed.
+        let kubeconfig = cp.extra_kubeconfig();
+        Some(Tiers::start(&mut servers, binary, &kubeconfig, &flags, &dir).await?)
+    } else {
+        None
+    };
     let addresses: subscriber::Addresses =
-        Arc::new(RwLock::new(replicas.iter().map(|r| r.addr).collect()));
+        Arc::new(RwLock::new(servers.iter().map(|r| r.addr).collect()));
 
     let stop_writing = CancellationToken::new();
     let writers: Vec<_> = (0..plan.writers)
@@ -246,68 +280,13 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         })
         .collect();
 
-    let mut rng = StdRng::seed_from_u64(plan.seed);
     let (done_tx, done_rx) = watch::channel(None);
     let mut faults = Faults::default();
-    let subscribers: Vec<_> = (0..plan.subscribers)
-        .map(|i| {
-            // The first share of them read slowly, whatever the seed.
-            let slow = (i as f64) < plan.slow_share * plan.subscribers as f64;
-            faults.slow_subscribers += usize::from(slow);
-            let mut filter = Filter::random(&mut rng, &namespaces, writer::NAMES);
-            if slow {
-                // One name's events are too few to put a reader behind
-                // the lag bound; and the first slow reader watches
-                // everything, so that the bound is reached whatever the
-                // seed gave the others.
-                filter.name = None;
-                if i == 0 {
-                    filter = Filter::default();
-                }
-            } else if i + 3 >= plan.subscribers {
-                // And the last three watch apps everywhere, whatever the
-                // seed: kube-fanout wakes them only through its label
-                // index, the last under one value, the one before under
-                // each of two, the one before that under the label's
-                // presence.
-                filter.namespace.clear();
-                filter.name = None;
-                let app = |k: usize| model::APPS[k % model::APPS.len()];
-                filter.requirements = vec![match plan.subscribers - i {
-                    1 => model::Requirement::Equals("app", app(i)),
-                    2 => model::Requirement::In("app", vec![app(i), app(i + 1)]),
-                    _ => model::Requirement::Exists("app"),
-                }];
-            }
-            // Without bookmarks a subscriber's resume point moves only
-            // with its events, so only one that sees the final marker (a
-            // label-less ConfigMap in the first namespace) can go without.
-            let sees_marker = filter.matches(
-                &model::key(&namespaces[0], "final"),
-                &model::Obj {
-                    rv: 0,
-                    labels: Default::default(),
-                    data: Default::default(),
-                },
-            );
-            let behaviour = Behaviour {
-                id: (plan.seed as usize) * 1000 + i,
-                filter,
-                slow,
-                sticky: i % 2 == 1,
-                bookmarks: !(sees_marker && rng.random_bool(0.5)),
-                // Of the others, a quarter zstd and a quarter gzip,
-                // whatever the seed; slow readers stay uncompressed, as
-                // compression would let them through their small windows
-                // fast enough not to be cut off.
-                compression: match i % 4 {
-                    1 if !slow => Some(CompressionEncoding::Zstd),
-                    3 if !slow => Some(CompressionEncoding::Gzip),
-                    _ => None,
-                },
-                max_connections: plan.max_connections,
-                hang_up_ms: plan.hang_up_ms,
-            };
+    let subscribers: Vec<_> = behaviours(plan, &namespaces, servers.len())
+        .into_iter()
+        .enumerate()
+        .map(|(i, behaviour)| {
+            faults.slow_subscribers += usize::from(behaviour.slow);
             tokio::spawn(
                 subscriber::run(behaviour, addresses.clone(), done_rx.clone(), hard_deadline)
                     .instrument(tracing::info_span!("subscriber", i)),
@@ -315,16 +294,16 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         })
         .collect();
 
-    let outcome = inject_faults(
-        plan,
-        &mut cp,
-        &mut replicas,
-        &addresses,
-        &truth,
-        &mut faults,
-        hard_deadline,
-    )
-    .await;
+    let mut cluster = Cluster {
+        cp: &mut cp,
+        servers: &mut servers,
+        addresses: &addresses,
+        tiers: tiers.as_ref(),
+        truth: &truth,
+        faults: &mut faults,
+        deadline: hard_deadline,
+    };
+    let outcome = cluster.inject_faults(plan).await;
     stop_writing.cancel();
     for w in writers {
         w.await??;
@@ -379,6 +358,7 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         compressed: lives.iter().filter(|l| l.compressed).count(),
         faults,
         figures: Figures::default(),
+        tiers: None,
         violations: Vec::new(),
         elapsed: Duration::ZERO,
     };
@@ -387,7 +367,10 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         report.violations.extend(violations);
         report.figures.add(&figures);
     }
-    for r in &mut replicas {
+    if tiers.is_some() {
+        report.tiers = Some(TierFigures::of(&report.figures));
+    }
+    for r in &mut servers {
         r.kill().await?;
     }
     keep_logs(cp.dir())?;
@@ -395,64 +378,212 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     Ok(report)
 }
 
-/// Injects the plan's faults in turn while the writers go on, then waits
-/// until the truth has recorded `min_changes`.
-async fn inject_faults(
-    plan: &Plan,
-    cp: &mut ControlPlane,
-    replicas: &mut [Replica; 2],
-    addresses: &subscriber::Addresses,
-    truth: &Truth,
-    faults: &mut Faults,
+/// The subscribers of `plan` over `namespaces`, on `servers` servers.
+pub fn behaviours(plan: &Plan, namespaces: &[String], servers: usize) -> Vec<Behaviour> {
+    let mut rng = StdRng::seed_from_u64(plan.seed);
+    (0..plan.subscribers)
+        .map(|i| {
+            // The first share of them read slowly, whatever the seed.
+            let slow = (i as f64) < plan.slow_share * plan.subscribers as f64;
+            let mut filter = Filter::random(&mut rng, namespaces, writer::NAMES);
+            if slow {
+                // One name's events are too few to put a reader behind
+                // the lag bound; and the first slow reader watches
+                // everything, so that the bound is reached whatever the
+                // seed gave the others.
+                filter.name = None;
+                if i == 0 {
+                    filter = Filter::default();
+                }
+            } else if i + 3 >= plan.subscribers {
+                // And the last three watch apps everywhere, whatever the
+                // seed: kube-fanout wakes them only through its label
+                // index, the last under one value, the one before under
+                // each of two, the one before that under the label's
+                // presence.
+                filter.namespace.clear();
+                filter.name = None;
+                let app = |k: usize| model::APPS[k % model::APPS.len()];
+                filter.requirements = vec![match plan.subscribers - i {
+                    1 => model::Requirement::Equals("app", app(i)),
+                    2 => model::Requirement::In("app", vec![app(i), app(i + 1)]),
+                    _ => model::Requirement::Exists("app"),
+                }];
+            }
+            // Without bookmarks a subscriber's resume point moves only
+            // with its events, so only one that sees the final marker (a
+            // label-less ConfigMap in the first namespace) can go without.
+            let sees_marker = filter.matches(
+                &model::key(&namespaces[0], "final"),
+                &model::Obj {
+                    rv: 0,
+                    labels: Default::default(),
+                    data: Default::default(),
+                },
+            );
+            Behaviour {
+                id: (plan.seed as usize) * 1000 + i,
+                filter,
+                slow,
+                // Round the servers in pairs, whatever the seed, so that
+                // a sticky subscriber (an odd one) starts on each: on A
+                // and on the leaves when A re-syncs.
+                first: (i / 2) % servers,
+                sticky: i % 2 == 1,
+                bookmarks: !(sees_marker && rng.random_bool(0.5)),
+                // Of the others, a quarter zstd and a quarter gzip,
+                // whatever the seed; slow readers stay uncompressed, as
+                // compression would let them through their small windows
+                // fast enough not to be cut off.
+                compression: match i % 4 {
+                    1 if !slow => Some(CompressionEncoding::Zstd),
+                    3 if !slow => Some(CompressionEncoding::Gzip),
+                    _ => None,
+                },
+                max_connections: plan.max_connections,
+                hang_up_ms: plan.hang_up_ms,
+            }
+        })
+        .collect()
+}
+
+/// What the faults act on, and where they are counted.
+struct Cluster<'a> {
+    cp: &'a mut ControlPlane,
+    /// The replicas A and B, then the leaves C and D if any.
+    servers: &'a mut [Replica],
+    addresses: &'a subscriber::Addresses,
+    tiers: Option<&'a Tiers>,
+    truth: &'a Truth,
+    faults: &'a mut Faults,
     deadline: Instant,
-) -> Result<()> {
-    let churn_until = Instant::now() + plan.min_churn;
-    let rounds = plan.apiserver_restarts.max(plan.replica_kills);
-    let steps = plan.apiserver_restarts + plan.replica_kills;
-    let spacing = plan.min_changes / (steps + 1);
-    let mut kills = 0;
-    for round in 0..rounds {
-        if round < plan.apiserver_restarts {
-            truth
-                .wait_changes(truth.changes() + spacing, deadline)
-                .await?;
-            let relists = replicas[0].status().await?.relists;
-            tracing::info!("fault: kill -9 API server 1 (replica A's)");
-            cp.kill_apiserver().await?;
-            let before = truth.changes();
-            truth
-                .wait_changes(before + plan.changes_while_down, deadline)
-                .await?;
-            cp.restart_apiserver().await?;
-            // Writes go on while it starts, so the gap is wider still.
-            faults.gap_changes += truth.changes() - before;
-            let now = replicas[0]
-                .wait_relisted(relists, Duration::from_secs(120))
-                .await?;
-            faults.apiserver_restarts += 1;
-            faults.relists += now - relists;
+}
+
+impl Cluster<'_> {
+    /// Injects the plan's faults in turn while the writers go on, then
+    /// waits until the truth has recorded `min_changes`.
+    async fn inject_faults(&mut self, plan: &Plan) -> Result<()> {
+        let churn_until = Instant::now() + plan.min_churn;
+        let rounds = plan
+            .apiserver_restarts
+            .max(plan.replica_kills)
+            .max(plan.leaf_kills);
+        let steps = plan.apiserver_restarts + plan.replica_kills + plan.leaf_kills;
+        let spacing = plan.min_changes / (steps + 1);
+        for round in 0..rounds {
+            if round < plan.apiserver_restarts {
+                self.changes(spacing).await?;
+                self.restart_apiserver(plan).await?;
+            }
+            if round < plan.replica_kills {
+                self.changes(spacing).await?;
+                // B first: its subscribers fail over to A, which re-synced.
+                self.kill_replica((round + 1) % PARENTS, plan).await?;
+            }
+            if round < plan.leaf_kills {
+                self.changes(spacing).await?;
+                // D first: the leaf this round's replica kill moved (B's
+                // moved D to A, A's moves C to B). Restarted, it follows
+                // the first parent it names again, so every round starts
+                // with C on A and D on B: at each API server restart C
+                // passes A's re-sync unit on, and each replica kill moves
+                // one leaf.
+                let leaf = self.servers.len() - 1 - round % 2;
+                self.kill_leaf(leaf, plan).await?;
+            }
         }
-        if round < plan.replica_kills {
-            truth
-                .wait_changes(truth.changes() + spacing, deadline)
-                .await?;
-            // B first: its subscribers fail over to A, which re-synced.
-            let i = (kills + 1) % 2;
-            kills += 1;
-            tracing::info!("fault: kill -9 replica {}", replicas[i].name);
-            replicas[i].kill().await?;
-            truth
-                .wait_changes(truth.changes() + plan.changes_while_down, deadline)
-                .await?;
-            replicas[i].restart().await?;
-            addresses.write().expect("addresses")[i] = replicas[i].addr;
-            faults.replica_kills += 1;
-        }
+        self.truth
+            .wait_changes(plan.min_changes, self.deadline)
+            .await?;
+        // A bounded wait: the churn's planned length, not a condition.
+        tokio::time::sleep_until(churn_until.min(self.deadline)).await;
+        Ok(())
     }
-    truth.wait_changes(plan.min_changes, deadline).await?;
-    // A bounded wait: the churn's planned length, not a condition.
-    tokio::time::sleep_until(churn_until.min(deadline)).await;
-    Ok(())
+
+    /// Waits until the truth has recorded `n` more changes.
+    async fn changes(&self, n: usize) -> Result<()> {
+        self.truth
+            .wait_changes(self.truth.changes() + n, self.deadline)
+            .await
+    }
+
+    /// kill -9 of API server 1, writes meanwhile through the other, its
+    /// restart, and A's relist over the gap.
+    async fn restart_apiserver(&mut self, plan: &Plan) -> Result<()> {
+        let relists = self.servers[0].status().await?.relists;
+        if let Some(tiers) = self.tiers {
+            for leaf in &self.servers[PARENTS..] {
+                // Server 0 is A.
+                if tiers.following(leaf).await?.0 == Some(0) {
+                    self.faults.tiers.leaves_following_a += 1;
+                }
+            }
+        }
+        tracing::info!("fault: kill -9 API server 1 (replica A's)");
+        self.cp.kill_apiserver().await?;
+        let before = self.truth.changes();
+        self.changes(plan.changes_while_down).await?;
+        self.cp.restart_apiserver().await?;
+        // Writes go on while it starts, so the gap is wider still.
+        self.faults.gap_changes += self.truth.changes() - before;
+        let now = self.servers[0]
+            .wait_relisted(relists, Duration::from_secs(120))
+            .await?;
+        self.faults.apiserver_restarts += 1;
+        self.faults.relists += now - relists;
+        Ok(())
+    }
+
+    /// kill -9 of replica `i`, the failover of the leaves that followed
+    /// it, writes meanwhile, and its restart on a new port.
+    async fn kill_replica(&mut self, i: usize, plan: &Plan) -> Result<()> {
+        let mut followers = Vec::new();
+        if let Some(tiers) = self.tiers {
+            for leaf in PARENTS..self.servers.len() {
+                if let (Some(parent), lists) = tiers.following(&self.servers[leaf]).await?
+                    && parent == i
+                {
+                    followers.push((leaf, lists));
+                }
+            }
+        }
+        tracing::info!("fault: kill -9 replica {}", self.servers[i].name);
+        self.servers[i].kill().await?;
+        if let Some(tiers) = self.tiers {
+            for (leaf, lists) in followers {
+                let resumed = tiers.wait_failover(&self.servers[leaf], i, lists).await?;
+                self.faults.tiers.leaf_failovers += 1;
+                self.faults.tiers.resumed_failovers += usize::from(resumed);
+            }
+        }
+        self.restart_after(i, plan).await?;
+        if let Some(tiers) = self.tiers {
+            tiers.parent_restarted(i, self.servers[i].addr);
+        }
+        self.faults.replica_kills += 1;
+        Ok(())
+    }
+
+    /// kill -9 of leaf `i`, writes meanwhile, and its restart on a new
+    /// port.
+    async fn kill_leaf(&mut self, i: usize, plan: &Plan) -> Result<()> {
+        let subscribers = self.servers[i].status().await?.subscribers;
+        tracing::info!(subscribers, "fault: kill -9 leaf {}", self.servers[i].name);
+        self.servers[i].kill().await?;
+        self.restart_after(i, plan).await?;
+        self.faults.tiers.leaf_kills += 1;
+        self.faults.tiers.subscribers_on_killed_leaves += subscribers;
+        Ok(())
+    }
+
+    /// Restarts the killed server `i` once the writers have made the
+    /// plan's changes while it was down, and tells the subscribers.
+    async fn restart_after(&mut self, i: usize, plan: &Plan) -> Result<()> {
+        self.changes(plan.changes_while_down).await?;
+        self.servers[i].restart().await?;
+        self.addresses.write().expect("addresses")[i] = self.servers[i].addr;
+        Ok(())
+    }
 }
 
 /// With `FAULTS_KEEP_LOGS=DIR`, copies the replicas', API servers' and

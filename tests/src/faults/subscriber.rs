@@ -1,6 +1,7 @@
 //! A subscriber on the raw gRPC `Watch` (the generated client, not the
 //! convenience watcher, so that the wire itself is recorded). It hangs up
-//! and resumes from its last resume point, on either replica; some read
+//! and resumes from its last resume point, on any server of the run (a
+//! replica, or a leaf of a tier); some read
 //! slowly through small HTTP/2 windows; on Expired it takes a new
 //! snapshot; on RESOURCE_EXHAUSTED or UNAVAILABLE it resumes from the RV
 //! the status names. Everything it sends and receives goes into its
@@ -93,8 +94,11 @@ pub struct Behaviour {
     /// Read slowly through small HTTP/2 windows, on longer connections
     /// (so that the lag bound, counted per stream, can be reached).
     pub slow: bool,
-    /// Stay on one replica unless it fails (so that it is there when that
-    /// replica re-syncs); others move at random.
+    /// The server it starts on (index into the addresses).
+    pub first: usize,
+    /// Stay on one server unless it fails (so that it is there when that
+    /// server re-syncs, or passes a parent's re-sync on); others move at
+    /// random.
     pub sticky: bool,
     /// Ask for bookmarks (without them, only the snapshot's end and
     /// re-sync units' closing bookmarks may come).
@@ -125,7 +129,7 @@ pub struct Final {
     pub until: Instant,
 }
 
-/// The replicas' current addresses, updated when one restarts.
+/// The servers' current addresses, updated when one restarts.
 pub type Addresses = Arc<RwLock<Vec<SocketAddr>>>;
 
 /// Runs one subscriber until `done` names the final RV and its resume
@@ -160,7 +164,7 @@ async fn live(
 ) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(b.id as u64);
     let replicas = addresses.read().expect("addresses").len();
-    let mut replica = rng.random_range(0..replicas);
+    let mut replica = b.first % replicas;
     let mut next = Next::Snapshot(0);
     // Connection attempts that failed in a row, and resumes that got
     // nowhere in a row: both back off, so that a replica being down or a
@@ -190,7 +194,8 @@ async fn live(
             tokio::time::sleep(Duration::from_millis(25 << n)).await;
         }
         if !b.sticky && rng.random_bool(0.3) {
-            replica = (replica + 1) % replicas;
+            // Any other server: with tiers, a move within a tier or across.
+            replica = (replica + rng.random_range(1..replicas.max(2))) % replicas;
         }
         let addr = addresses.read().expect("addresses")[replica];
         let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))?
