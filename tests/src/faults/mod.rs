@@ -254,11 +254,10 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
         Replica::start("B", binary, &cp.extra_kubeconfig(), &on_demand, &dir).await?,
     ];
     let tiers = if plan.leaves {
-        // A leaf reads no API server with --auth=none, but the binary
-        // wants a kubeconfig: the API server that stays up, so that the
-        // leaves owe nothing to the one that is killed.
-        let kubeconfig = cp.extra_kubeconfig();
-        Some(Tiers::start(&mut servers, binary, &kubeconfig, &flags, &dir).await?)
+        // The binary wants a kubeconfig (for its callers' TokenReviews
+        // and SubjectAccessReviews), but with --auth=none a leaf never
+        // asks the API server anything: A's, which is killed under it.
+        Some(Tiers::start(&mut servers, binary, &cp.kubeconfig, &flags, &dir).await?)
     } else {
         None
     };
