@@ -84,3 +84,65 @@ async fn forward(client: TcpStream, target: SocketAddr) {
         () = pipe(server_read, client_write, None, None) => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A server that writes `name` to each connection and then holds it
+    /// open until the connection is handed back for closing.
+    async fn server(name: &'static [u8]) -> Result<(SocketAddr, JoinHandle<TcpStream>)> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(
+            async move {
+                let (mut conn, _) = listener.accept().await.expect("a connection");
+                conn.write_all(name).await.expect("written");
+                conn
+            }
+            .instrument(tracing::info_span!("test server")),
+        );
+        Ok((addr, task))
+    }
+
+    async fn read_some(conn: &mut TcpStream) -> Result<Vec<u8>> {
+        let mut buf = [0u8; 16];
+        let n = conn.read(&mut buf).await?;
+        Ok(buf[..n].to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_connection_goes_to_the_current_target_and_ends_with_it() -> Result<()> {
+        let (first, first_task) = server(b"first").await?;
+        let forwarder = Forwarder::start(first).await?;
+        let mut to_first = TcpStream::connect(forwarder.addr).await?;
+        assert_eq!(read_some(&mut to_first).await?, b"first");
+
+        let (second, second_task) = server(b"second").await?;
+        forwarder.point_at(second);
+        let mut to_second = TcpStream::connect(forwarder.addr).await?;
+        assert_eq!(read_some(&mut to_second).await?, b"second");
+
+        // The first target's end closes its client's side at once (EOF),
+        // while the connection to the second stays open.
+        drop(first_task.await?);
+        assert_eq!(read_some(&mut to_first).await?, b"");
+        let mut held = second_task.await?;
+        to_second.write_all(b"ping").await?;
+        let mut buf = [0u8; 4];
+        held.read_exact(&mut buf).await?;
+        assert_eq!(&buf, b"ping");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_connection_while_the_target_is_down_is_closed_at_once() -> Result<()> {
+        let gone = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+        let forwarder = Forwarder::start(gone).await?;
+        let mut conn = TcpStream::connect(forwarder.addr).await?;
+        assert_eq!(read_some(&mut conn).await?, b"");
+        Ok(())
+    }
+}
