@@ -214,3 +214,41 @@ impl fmt::Display for TierFaults {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::checker::OnServer;
+
+    /// Resumes are sorted by the tiers of the servers before and after,
+    /// and a unit from a leaf counts as A's only at an RV A sent one at.
+    #[test]
+    fn figures_are_sorted_by_tier() {
+        let on = |resumes: &[(usize, usize)], units: &[u64]| OnServer {
+            connections: 1,
+            resumes_from: resumes.iter().copied().collect(),
+            units: units.iter().map(|rv| (*rv, 1)).collect(),
+            expired: 1,
+        };
+        let figures = Figures {
+            servers: [
+                (0, on(&[(1, 5), (2, 3)], &[100])),
+                (1, on(&[(0, 7), (3, 2)], &[])),
+                (2, on(&[(0, 11), (2, 13), (3, 17)], &[100, 200])),
+                (3, on(&[(1, 19)], &[100])),
+            ]
+            .into(),
+            ..Figures::default()
+        };
+        let t = TierFigures::of(&figures);
+        assert_eq!(
+            (t.parent_to_leaf, t.leaf_to_parent, t.leaf_to_leaf),
+            (11 + 19, 3 + 2, 17)
+        );
+        assert_eq!((t.connections_on_leaves, t.expired_on_leaves), (2, 2));
+        assert_eq!(
+            (t.units_on_leaves, t.unit_rvs_on_leaves, t.a_units_on_leaves),
+            (3, 2, 1)
+        );
+    }
+}
