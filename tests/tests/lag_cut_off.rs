@@ -107,7 +107,11 @@ async fn a_slow_subscriber_cut_off_for_lag_resumes_from_the_named_rv() -> Result
 fn configmap(i: usize, generation: u64) -> ConfigMap {
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some(format!("cm-{i}"));
-    let app = if i.is_multiple_of(3) { "mine" } else { "theirs" };
+    let app = if i.is_multiple_of(3) {
+        "mine"
+    } else {
+        "theirs"
+    };
     cm.metadata.labels = Some([("app".to_owned(), app.to_owned())].into());
     cm.data = Some(BTreeMap::from([
         ("generation".to_owned(), generation.to_string()),
