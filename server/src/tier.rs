@@ -4,17 +4,17 @@
 
 use std::sync::Arc;
 
-use kube_fanout_client::{Certificate, ClientConfig, ClientTlsConfig};
+use kube_fanout_client::{Certificate, Client, ClientConfig, ClientTlsConfig};
 use kube_fanout_core::{
     dispatch::IndexFieldFlag,
     object::Transform,
     registry::{Served, ServedTypes},
-    resource::GroupVersionResource,
+    resource::{GroupVersionResource, ResourceType},
     store::{HistoryLimits, Store},
 };
-use kube_fanout_tier::{Feed, HeadProbe, Probed};
+use kube_fanout_tier::{DiscoveryError, Feed, HeadProbe, Probed};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, info_span, warn};
 
 use crate::{
     discovery,
@@ -38,7 +38,7 @@ pub(crate) async fn start(
         return Err(ServeError::IndexFieldNotServed(flag.gvr.clone()));
     }
     let mut parent = client_config(parents)?.connect().await?;
-    let types = kube_fanout_tier::discover(&mut parent, resources).await?;
+    let types = discover(&mut parent, parents.addresses.len(), resources).await?;
     let mut cache = ServedTypes::default();
     let mut probed = Vec::new();
     for (resource, indexed) in discovery::indexed(types, index_fields)? {
@@ -72,6 +72,28 @@ pub(crate) async fn start(
         .instrument(info_span!("head probe")),
     );
     Ok(cache)
+}
+
+/// The parent's descriptions of `resources`, from the first of the
+/// `addresses` parents (starting at the one `parent` is connected to) that
+/// answers: one that cannot be asked is passed over, one that answers
+/// decides (a type it does not serve stops the start).
+async fn discover(
+    parent: &mut Client,
+    addresses: usize,
+    resources: &[GroupVersionResource],
+) -> Result<Vec<ResourceType>, ServeError> {
+    let mut tried = 1;
+    loop {
+        match kube_fanout_tier::discover(parent, resources).await {
+            Err(DiscoveryError::Parent(err)) if tried < addresses => {
+                warn!(error = %err, parent = %parent.address(), "cannot ask this parent which types it serves; trying the next");
+                parent.reconnect().await?;
+                tried += 1;
+            }
+            outcome => return Ok(outcome?),
+        }
+    }
 }
 
 /// The client settings for `peers` (a leaf's parents, or a starting

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_fanout::options::Peers;
 use kube_fanout_client::proto::{EventType, WatchEvent, WatchRequest};
+use kube_fanout_core::on_demand::{AllowList, OnDemandOptions};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port},
     eventually::eventually,
@@ -461,6 +462,65 @@ async fn a_leaf_says_how_long_it_has_been_behind_its_parent() -> Result<()> {
             |(at, _, lag)| *at == written && *lag == 0,
         )
         .await?;
+    leaf.stop().await?;
+    parent.stop().await?;
+    Ok(())
+}
+
+/// A leaf of a parent serving configmaps on demand, which nobody has asked
+/// for yet (so its ListResources does not list them): the leaf's start
+/// asks for them, which starts them there, and it serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_starts_its_types_on_a_parent_serving_them_on_demand() -> Result<()> {
+    let cp = control_plane().await?;
+    let allow = AllowList(vec!["core/configmaps".parse()?]);
+    let parent = Fanout::start_with(cp.client.clone(), &[], |o| {
+        o.on_demand = Some(OnDemandOptions {
+            allow,
+            max_types: 5,
+            idle: Duration::from_secs(3600),
+        });
+    })
+    .await?;
+    assert!(
+        parent
+            .client()
+            .await?
+            .list_resources()
+            .await?
+            .resources
+            .is_empty(),
+        "nothing started on the parent yet"
+    );
+    let leaf = leaf(&cp, &[&parent]).await?;
+    let (keys, _) = read_snapshot(&mut leaf.client().await?.watch(watch_list(NS)).await?).await?;
+    assert_eq!(keys.len(), 6, "cm-0 .. cm-5 through the leaf");
+    leaf.stop().await?;
+    parent.stop().await?;
+    Ok(())
+}
+
+/// A leaf whose first parent cannot be asked which types it serves (its
+/// address accepts connections and closes them) takes its types from the
+/// next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaf_whose_first_parent_does_not_answer_starts_from_the_next() -> Result<()> {
+    let cp = control_plane().await?;
+    let parent = replica(&cp).await?;
+    let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let dead = closing.local_addr()?;
+    let accepting = tokio::spawn(async move {
+        while let Ok((connection, _)) = closing.accept().await {
+            drop(connection);
+        }
+    });
+    let leaf = leaf_of(&cp, vec![dead, parent.addr]).await?;
+    let status = leaf.client().await?.list_resources().await?.resources;
+    assert_eq!(
+        status.first().context("configmaps served")?.upstream,
+        format!("kube-fanout http://{}/", parent.addr)
+    );
+    accepting.abort();
     leaf.stop().await?;
     parent.stop().await?;
     Ok(())

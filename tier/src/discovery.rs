@@ -1,6 +1,9 @@
 //! The served types' descriptions, from the parent's ListResources.
 
-use kube_fanout_client::{Client, ClientError, proto::ResourceStatus};
+use kube_fanout_client::{
+    Client, ClientError,
+    proto::{ListRequest, ResourceRef, ResourceStatus},
+};
 use kube_fanout_core::{
     fields::{JsonPathError, SelectableFields},
     resource::{GroupVersionResource, ResourceType},
@@ -29,21 +32,51 @@ pub enum DiscoveryError {
 /// Describes each of `wanted` as the parent serves it: kind, scope, and
 /// the field selectors it accepts (a built-in type's by its kind, a
 /// custom resource's from the jsonPaths the parent hands on).
+///
+/// A parent serving types on demand lists only those started: a type it
+/// does not list is asked for once (a one-object List, which starts it if
+/// its allow-list has it, whatever the answer while it syncs), and the
+/// parent asked again.
 pub async fn discover(
     parent: &mut Client,
     wanted: &[GroupVersionResource],
 ) -> Result<Vec<ResourceType>, DiscoveryError> {
-    let served = parent.list_resources().await?.resources;
+    let mut served = parent.list_resources().await?.resources;
+    let unlisted: Vec<&GroupVersionResource> = wanted
+        .iter()
+        .filter(|gvr| find(&served, gvr).is_none())
+        .collect();
+    if !unlisted.is_empty() {
+        for gvr in unlisted {
+            let request = ListRequest {
+                resource: Some(ResourceRef::from(gvr.clone())),
+                limit: 1,
+                ..ListRequest::default()
+            };
+            // Not served (NotFound), or not synced yet: either way
+            // ListResources tells next.
+            let _ = parent.list(request).await;
+        }
+        served = parent.list_resources().await?.resources;
+    }
     wanted
         .iter()
         .map(|gvr| {
-            let status = served
-                .iter()
-                .find(|s| s.resource.clone().map(GroupVersionResource::from).as_ref() == Some(gvr))
-                .ok_or_else(|| DiscoveryError::NotServed(gvr.clone()))?;
+            let status =
+                find(&served, gvr).ok_or_else(|| DiscoveryError::NotServed(gvr.clone()))?;
             resource_type(gvr, status)
         })
         .collect()
+}
+
+/// The status of `gvr` among `served`.
+fn find<'a>(
+    served: &'a [ResourceStatus],
+    gvr: &GroupVersionResource,
+) -> Option<&'a ResourceStatus> {
+    served
+        .iter()
+        .find(|s| s.resource.clone().map(GroupVersionResource::from).as_ref() == Some(gvr))
 }
 
 /// What `status` says of `gvr`.
