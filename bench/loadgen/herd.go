@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,10 +54,16 @@ func herd(args []string) (*herdResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dialer *fanoutDialer
+	// With several kube-fanout addresses (-fanout A,B,...), watcher i
+	// asks the (i mod n)th: a herd spread over replicas or a tier's leaves.
+	var dialers []*fanoutDialer
 	if *target == "fanout" {
-		if dialer, err = newFanoutDialer(*servers.fanoutAddr, *servers.fanoutCA); err != nil {
-			return nil, err
+		for _, addr := range strings.Split(*servers.fanoutAddr, ",") {
+			dialer, err := newFanoutDialer(addr, *servers.fanoutCA)
+			if err != nil {
+				return nil, err
+			}
+			dialers = append(dialers, dialer)
 		}
 	}
 	// Connections first (a restarted controller's dial is not what is
@@ -91,7 +98,7 @@ func herd(args []string) (*herdResult, error) {
 			case "watchlist":
 				n, objs, err = watchList(ctx, clients[i], *ns)
 			case "fanout":
-				n, ob, objs, err = fanoutSnapshot(ctx, dialer, *ns)
+				n, ob, objs, err = fanoutSnapshot(ctx, dialers[i%len(dialers)], *ns)
 			default:
 				err = fmt.Errorf("unknown target %q", *target)
 			}

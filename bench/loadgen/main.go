@@ -115,7 +115,7 @@ type serverFlags struct {
 func addServerFlags(fs *flag.FlagSet) *serverFlags {
 	f := &serverFlags{
 		kubeconfig: fs.String("kubeconfig", "", "kubeconfig of the API server"),
-		fanoutAddr: fs.String("fanout", "", "kube-fanout's address"),
+		fanoutAddr: fs.String("fanout", "", "kube-fanout's address (herd: several, comma-separated, its watchers spread over them)"),
 		fanoutCA:   fs.String("fanout-ca", "", "CA of kube-fanout's serving certificate"),
 		pids:       pidsFlag{},
 	}

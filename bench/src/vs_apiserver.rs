@@ -15,6 +15,8 @@ use std::{
     time::Duration,
 };
 
+mod tier_herd;
+
 use anyhow::{Context, bail};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port, tied_command},
@@ -39,6 +41,9 @@ pub enum Case {
     /// `--rate` pod writes/s spread over the nodes: kube-fanout serving
     /// `v1/pods` against the API server (protobuf).
     Nodes,
+    /// The restart herd on two parent replicas alone, and spread over
+    /// `--tier-leaves` leaves of them (issue 27).
+    TierHerd,
 }
 
 /// Arguments of `vs-apiserver`.
@@ -72,6 +77,15 @@ pub struct Args {
     /// (the API server's modes are as always: client-go asks for gzip).
     #[arg(long)]
     herd_gzip: bool,
+    /// Watchers in the tier herd (each needing `--herd-objects`).
+    #[arg(long, default_value_t = 2_000)]
+    tier_herd_watchers: usize,
+    /// Leaves in the tier herd's tiered mode.
+    #[arg(long, default_value_t = 4)]
+    tier_leaves: usize,
+    /// Rounds of the tier herd, each mode once per round.
+    #[arg(long, default_value_t = 2)]
+    tier_herd_rounds: usize,
     /// Idle subscribers.
     #[arg(long, default_value_t = 10_000)]
     idle_watchers: usize,
@@ -124,6 +138,13 @@ pub struct Args {
     /// kube-fanout's CPU in the isolated placement.
     #[arg(long, default_value_t = 0)]
     fanout_cpu: usize,
+    /// kube-fanout's tokio worker threads (`TOKIO_WORKER_THREADS`); by
+    /// default one per CPU it may use when it starts, as deployed. A pod
+    /// limited to one CPU starts with one: `--fanout-workers 1` measures
+    /// that in the isolated placement, where kube-fanout is moved onto one
+    /// CPU after it started with all of them.
+    #[arg(long)]
+    fanout_workers: Option<usize>,
     /// kube-fanout binaries to measure instead of this tree's release
     /// build. With several (comma-separated), the idle case measures each
     /// in turn, side by side in one table; the other cases use the first.
@@ -251,7 +272,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args,
     };
     bench.loadgen_setup("bench", STEADY_OBJECTS).await?;
-    if cases.contains(&Case::Herd) {
+    if cases.contains(&Case::Herd) || cases.contains(&Case::TierHerd) {
         bench.loadgen_setup("herd", bench.args.herd_objects).await?;
     }
     if cases.contains(&Case::Nodes) {
@@ -288,6 +309,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 bench.steady(100, bench.args.fast_rate, seconds).await?
             }
             Case::Herd => bench.herd().await?,
+            Case::TierHerd => bench.tier_herd().await?,
             Case::Idle => bench.idle().await?,
             Case::Nodes => {
                 bench.restart_fanout(0, "v1/pods").await?;
@@ -346,12 +368,33 @@ impl Bench {
     /// [`Bench::restart_fanout`] with the binary `bin`.
     async fn restart_fanout_bin(&mut self, bin: &Path, resource: &str) -> anyhow::Result<()> {
         self.fanout = None;
+        let fanout = self
+            .spawn_fanout(bin, "kube-fanout", &["--resource".into(), resource.into()])
+            .await?;
+        self.fanout = Some(fanout);
+        Ok(())
+    }
+
+    /// Starts `bin` on a new loopback port with `flags` (beyond TLS with
+    /// the bench's certificate, `--auth=none` and no per-caller bounds),
+    /// logging to `<name>.log`, and waits until it has synced.
+    async fn spawn_fanout(
+        &self,
+        bin: &Path,
+        name: &str,
+        flags: &[String],
+    ) -> anyhow::Result<Fanout> {
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
-        let log = self.cp.dir().join("kube-fanout.log");
+        let log = self.cp.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log)?;
-        let child = tied_command(bin)
-            .args(["--resource", resource, "--auth=none", "--listen", &addr])
+        let mut command = tied_command(bin);
+        if let Some(workers) = self.args.fanout_workers {
+            command.env("TOKIO_WORKER_THREADS", workers.to_string());
+        }
+        let child = command
+            .args(flags)
+            .args(["--auth=none", "--listen", &addr])
             // Without authentication the caller is the client address, so
             // every watcher here (all from 127.0.0.1) would be one caller;
             // they stand for separate controllers.
@@ -365,8 +408,8 @@ impl Bench {
             .stdout(file.try_clone()?)
             .stderr(file)
             .spawn()
-            .context("starting kube-fanout")?;
-        let pid = child.id().context("kube-fanout exited")?;
+            .with_context(|| format!("starting {name}"))?;
+        let pid = child.id().with_context(|| format!("{name} exited"))?;
         let fanout = Fanout {
             _child: child,
             pid,
@@ -376,13 +419,12 @@ impl Bench {
         for _ in 0..600 {
             let text = std::fs::read_to_string(&fanout.log)?;
             if text.contains("every resource type synced") {
-                self.fanout = Some(fanout);
-                return Ok(());
+                return Ok(fanout);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!(
-            "kube-fanout did not sync in 60 s:\n{}",
+            "{name} did not sync in 60 s:\n{}",
             std::fs::read_to_string(&fanout.log)?
         )
     }
@@ -402,19 +444,32 @@ impl Bench {
         )
     }
 
-    /// One load generator run; its JSON result.
+    /// One load generator run against the kube-fanout started; its JSON
+    /// result.
     async fn loadgen(&self, command: &str, extra: &[String]) -> anyhow::Result<Value> {
-        let fanout = self.fanout();
+        self.loadgen_on(command, &self.fanout().addr, &self.pids(), extra)
+            .await
+    }
+
+    /// One load generator run against the kube-fanouts at `fanout`
+    /// (comma-separated), measuring the processes `pids` (`name=PID,...`).
+    async fn loadgen_on(
+        &self,
+        command: &str,
+        fanout: &str,
+        pids: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Value> {
         let mut args = vec![
             command.to_owned(),
             "-kubeconfig".into(),
             self.kubeconfig(),
             "-fanout".into(),
-            fanout.addr.clone(),
+            fanout.to_owned(),
             "-fanout-ca".into(),
             self.ca.display().to_string(),
             "-pids".into(),
-            self.pids(),
+            pids.to_owned(),
         ];
         if command == "idle" {
             // The idle case talks to kube-fanout only.
