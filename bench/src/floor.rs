@@ -13,6 +13,12 @@
 //! no snapshot (an agent's watch starts empty), managedFields left in
 //! (3 KB more to encrypt than kube-fanout sends: well under a microsecond).
 //!
+//! With `FANOUT_FLOOR_RAW_UPSTREAM=true` it reads the WATCH without kube's
+//! client and hyper: its own TLS connection (rustls, as below them), an
+//! HTTP/1.1 request written by hand, the chunked body decoded and split by
+//! hand into one buffer. What is left is the reading itself: the floor
+//! under the libraries.
+//!
 //! It takes the flags the bench gives kube-fanout (those it has no use for
 //! are accepted and ignored) and logs the line the bench waits for, so
 //! `--fanout-bin target/release/fanout-floor` runs it in kube-fanout's
@@ -82,6 +88,9 @@ struct Args {
     max_connections: Option<String>,
     #[arg(long)]
     max_connections_per_ip: Option<String>,
+    /// Read the WATCH over a TLS connection of its own, not kube's client.
+    #[arg(long, env = "FANOUT_FLOOR_RAW_UPSTREAM")]
+    raw_upstream: bool,
 }
 
 /// Each watched node's agent: where its events go.
@@ -103,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
         &kube::config::KubeConfigOptions::default(),
     )
     .await?;
-    let client = kube::Client::try_from(config)?;
+    let client = kube::Client::try_from(config.clone())?;
     let agents = Agents::default();
 
     let acceptor = tls::acceptor(&TlsFiles {
@@ -132,7 +141,12 @@ async fn main() -> anyhow::Result<()> {
             .serve_with_incoming(conns),
     );
 
-    let mut lines = watch(&client, &path).await?;
+    let rv = list_rv(&client, &path).await?;
+    let mut lines = if args.raw_upstream {
+        raw::watch(&config, &path, &rv).await?
+    } else {
+        watch(&client, &path, &rv).await?
+    };
     // The line the bench waits for.
     println!("every resource type synced");
     let mut store: HashMap<String, Box<str>> = HashMap::new();
@@ -170,17 +184,24 @@ async fn main() -> anyhow::Result<()> {
     anyhow::bail!("the API server ended the watch")
 }
 
-/// The WATCH of every object at `path` from now, as lines.
-async fn watch(
-    client: &kube::Client,
-    path: &str,
-) -> anyhow::Result<BoxStream<'static, std::io::Result<String>>> {
+/// The resourceVersion of the collection at `path` now.
+async fn list_rv(client: &kube::Client, path: &str) -> anyhow::Result<String> {
     let list: serde_json::Value = client
         .request(http::Request::get(format!("{path}?limit=1")).body(Vec::new())?)
         .await?;
-    let rv = list["metadata"]["resourceVersion"]
+    Ok(list["metadata"]["resourceVersion"]
         .as_str()
-        .context("a list without its resourceVersion")?;
+        .context("a list without its resourceVersion")?
+        .to_owned())
+}
+
+/// The WATCH of every object at `path` after `rv`, as lines, through
+/// kube's client.
+async fn watch(
+    client: &kube::Client,
+    path: &str,
+    rv: &str,
+) -> anyhow::Result<BoxStream<'static, std::io::Result<String>>> {
     let request = http::Request::get(format!(
         "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}"
     ))
@@ -274,5 +295,147 @@ impl ServerStreamingService<WatchRequest> for FloorWatch {
         let (tx, rx) = mpsc::channel(1024);
         self.0.lock().expect("agents").insert(node.to_owned(), tx);
         std::future::ready(Ok(Response::new(ReceiverStream::new(rx))))
+    }
+}
+
+/// The WATCH read without kube's client and hyper.
+mod raw {
+    use std::{io, sync::Arc};
+
+    use anyhow::{Context, bail};
+    use bytes::BytesMut;
+    use futures::{StreamExt, stream::BoxStream};
+    use rustls_pki_types::{CertificateDer, ServerName};
+    use secrecy::ExposeSecret;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+    use tokio_rustls::{TlsConnector, client::TlsStream};
+
+    /// The WATCH of every object at `path` after `rv`: a TLS connection
+    /// to the API server of `config` (its CA, its bearer token), a request
+    /// written by hand, and the chunked body's lines.
+    pub(super) async fn watch(
+        config: &kube::Config,
+        path: &str,
+        rv: &str,
+    ) -> anyhow::Result<BoxStream<'static, io::Result<String>>> {
+        let url = &config.cluster_url;
+        let host = url.host().context("no host in the cluster URL")?.to_owned();
+        let port = url.port_u16().unwrap_or(443);
+        let mut roots = rustls::RootCertStore::empty();
+        for der in config.root_cert.iter().flatten() {
+            roots.add(CertificateDer::from(der.clone()))?;
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = TcpStream::connect((host.as_str(), port)).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from(host.clone())?;
+        let mut stream = TlsConnector::from(Arc::new(tls)).connect(name, tcp).await?;
+        let token = config
+            .auth_info
+            .token
+            .as_ref()
+            .context("the floor's raw reader needs a bearer token in the kubeconfig")?;
+        let request = format!(
+            "GET {path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv} HTTP/1.1\r\n\
+             Host: {host}:{port}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\n\r\n",
+            token.expose_secret()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut body = Body {
+            stream,
+            buf: BytesMut::with_capacity(64 * 1024),
+            chunk_left: 0,
+            data: BytesMut::new(),
+        };
+        let head = body.until(b"\r\n\r\n").await?;
+        let head = String::from_utf8_lossy(&head);
+        if !head.starts_with("HTTP/1.1 200")
+            || !head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked")
+        {
+            bail!("the API server answered {head}");
+        }
+        Ok(futures::stream::unfold(body, |mut body| async move {
+            let line = body.line().await;
+            Some((line, body))
+        })
+        .boxed())
+    }
+
+    /// The response as it is read: what came off the connection, where the
+    /// current chunk ends, and the decoded body not yet cut into lines.
+    struct Body {
+        stream: TlsStream<TcpStream>,
+        buf: BytesMut,
+        chunk_left: usize,
+        data: BytesMut,
+    }
+
+    impl Body {
+        /// More bytes off the connection.
+        async fn fill(&mut self) -> io::Result<()> {
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            Ok(())
+        }
+
+        /// The bytes up to and with `end`, off the connection.
+        async fn until(&mut self, end: &[u8]) -> io::Result<BytesMut> {
+            loop {
+                if let Some(at) = self.buf.windows(end.len()).position(|w| w == end) {
+                    return Ok(self.buf.split_to(at + end.len()));
+                }
+                self.fill().await?;
+            }
+        }
+
+        /// The next line of the decoded body.
+        async fn line(&mut self) -> io::Result<String> {
+            loop {
+                if let Some(at) = self.data.iter().position(|&b| b == b'\n') {
+                    let line = self.data.split_to(at + 1);
+                    return String::from_utf8(line[..at].to_vec())
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+                self.chunk().await?;
+            }
+        }
+
+        /// Decodes what has come of the chunked body into `data`, reading
+        /// more first if nothing of it has.
+        async fn chunk(&mut self) -> io::Result<()> {
+            if self.chunk_left == 0 {
+                let size = self.until(b"\r\n").await?;
+                let size = std::str::from_utf8(&size[..size.len() - 2])
+                    .ok()
+                    .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a chunk size"))?;
+                if size == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                // The chunk and the CRLF after it.
+                self.chunk_left = size + 2;
+            }
+            if self.buf.is_empty() {
+                self.fill().await?;
+            }
+            let take = self.chunk_left.min(self.buf.len());
+            let part = self.buf.split_to(take);
+            self.chunk_left -= take;
+            // The CRLF that ends a chunk is not data.
+            let data_end = part.len() - 2usize.saturating_sub(self.chunk_left).min(part.len());
+            self.data.extend_from_slice(&part[..data_end]);
+            Ok(())
+        }
     }
 }
