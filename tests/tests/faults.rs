@@ -99,9 +99,9 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ci_sized_run() -> anyhow::Result<()> {
-    run(Plan {
+/// The run CI makes: two replicas, about a minute of churn.
+fn ci_sized() -> Plan {
+    Plan {
         subscribers: 12,
         slow_share: 0.25,
         writers: 2,
@@ -118,8 +118,12 @@ async fn ci_sized_run() -> anyhow::Result<()> {
         final_catch_up: Duration::from_secs(30),
         deadline: Duration::from_secs(240),
         seed: 1,
-    })
-    .await?;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_sized_run() -> anyhow::Result<()> {
+    run(ci_sized()).await?;
     Ok(())
 }
 
@@ -127,21 +131,10 @@ async fn ci_sized_run() -> anyhow::Result<()> {
 async fn ci_sized_tier_run() -> anyhow::Result<()> {
     run(Plan {
         subscribers: 16,
-        slow_share: 0.25,
-        writers: 2,
-        min_changes: 3000,
-        min_churn: Duration::from_secs(60),
-        apiserver_restarts: 2,
-        replica_kills: 2,
         leaves: true,
         leaf_kills: 2,
-        changes_while_down: 80,
-        max_lag_events: 100,
-        hang_up_ms: (300, 3000),
-        max_connections: 2000,
-        final_catch_up: Duration::from_secs(30),
-        deadline: Duration::from_secs(240),
         seed: 16,
+        ..ci_sized()
     })
     .await?;
     Ok(())

@@ -204,19 +204,7 @@ async fn subscribe(fanout: &Fanout, deadline: Instant) -> Result<Seen> {
         let mut stream = match grpc.watch(request).await {
             Ok(response) => response.into_inner(),
             Err(status) => {
-                let Some((rv, behind)) = resuming.take() else {
-                    bail!("the first watch failed: {status}");
-                };
-                let resumed = if reason(&status) == EXPIRED {
-                    Resumed::Expired
-                } else {
-                    Resumed::Other(status.to_string())
-                };
-                seen.cut_offs.push(CutOff {
-                    rv,
-                    behind,
-                    resumed,
-                });
+                seen.cut_offs.push(failed_resume(resuming.take(), &status)?);
                 from = None;
                 continue;
             }
@@ -278,19 +266,7 @@ async fn subscribe(fanout: &Fanout, deadline: Instant) -> Result<Seen> {
                     break;
                 }
                 Err(status) => {
-                    let Some((rv, behind)) = resuming.take() else {
-                        bail!("the watch failed: {status}");
-                    };
-                    let resumed = if reason(&status) == EXPIRED {
-                        Resumed::Expired
-                    } else {
-                        Resumed::Other(status.to_string())
-                    };
-                    seen.cut_offs.push(CutOff {
-                        rv,
-                        behind,
-                        resumed,
-                    });
+                    seen.cut_offs.push(failed_resume(resuming.take(), &status)?);
                     from = None;
                     break;
                 }
@@ -298,6 +274,24 @@ async fn subscribe(fanout: &Fanout, deadline: Instant) -> Result<Seen> {
         }
     }
     Ok(seen)
+}
+
+/// The cut-off `resuming` (its RV, and how far behind), whose resume
+/// failed with `status`; a failure with no resume under way ends the test.
+fn failed_resume(resuming: Option<(u64, u64)>, status: &tonic::Status) -> Result<CutOff> {
+    let Some((rv, behind)) = resuming else {
+        bail!("the watch failed: {status}");
+    };
+    let resumed = if reason(status) == EXPIRED {
+        Resumed::Expired
+    } else {
+        Resumed::Other(status.to_string())
+    };
+    Ok(CutOff {
+        rv,
+        behind,
+        resumed,
+    })
 }
 
 /// The served configmaps' RV on `fanout` now, and the oldest it can

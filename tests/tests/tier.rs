@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_fanout::options::Peers;
-use kube_fanout_client::proto::{EventType, WatchEvent, WatchRequest};
+use kube_fanout_client::proto::{EventType, ResourceStatus, WatchEvent, WatchRequest};
 use kube_fanout_core::on_demand::{AllowList, OnDemandOptions};
 use kube_fanout_tests::{
     controlplane::{ControlPlane, free_port},
@@ -390,11 +390,16 @@ async fn a_leaf_whose_next_parent_no_longer_holds_its_rv_publishes_the_new_snaps
     Ok(())
 }
 
+/// The configmaps' status on `server` (the only type the tests serve).
+async fn configmaps_status(server: &Fanout) -> Result<ResourceStatus> {
+    let status = server.client().await?.list_resources().await?.resources;
+    status.into_iter().next().context("configmaps served")
+}
+
 /// The configmaps' status on `server`: (its RV, its parent's head as last
 /// seen, seconds behind the parent).
 async fn lag_status(server: &Fanout) -> Result<(String, String, u64)> {
-    let status = server.client().await?.list_resources().await?.resources;
-    let configmaps = status.first().context("configmaps served")?;
+    let configmaps = configmaps_status(server).await?;
     Ok((
         configmaps.resource_version.clone(),
         configmaps.upstream_resource_version.clone(),
@@ -412,14 +417,8 @@ async fn a_leaf_says_how_long_it_has_been_behind_its_parent() -> Result<()> {
     let parent = replica(&cp).await?;
     let proxy = CountingProxy::start(parent.addr).await?;
     let leaf = leaf_of(&cp, vec![proxy.addr]).await?;
-    let parent_rv = async || -> Result<String> {
-        let status = parent.client().await?.list_resources().await?.resources;
-        Ok(status
-            .first()
-            .context("configmaps")?
-            .resource_version
-            .clone())
-    };
+    let parent_rv =
+        async || -> Result<String> { Ok(configmaps_status(&parent).await?.resource_version) };
     let rv = parent_rv().await?;
     eventually("the leaf looked at its parent's head and has reached it")
         .until(
@@ -515,9 +514,8 @@ async fn a_leaf_whose_first_parent_does_not_answer_starts_from_the_next() -> Res
         }
     });
     let leaf = leaf_of(&cp, vec![dead, parent.addr]).await?;
-    let status = leaf.client().await?.list_resources().await?.resources;
     assert_eq!(
-        status.first().context("configmaps served")?.upstream,
+        configmaps_status(&leaf).await?.upstream,
         format!("kube-fanout http://{}/", parent.addr)
     );
     accepting.abort();

@@ -445,6 +445,13 @@ mod tests {
         assert_eq!(deliveries(&mut e).await, lagged(9), "owes 10, 11 and 12");
     }
 
+    /// What a stream cut off for lag naming `rv` has ready.
+    fn cut_off_at(rv: u64) -> [Result<(EventKind, u64, bool, String), WatchError>; 1] {
+        [Err(WatchError::Lagged {
+            resume_from: ResourceVersion(rv),
+        })]
+    }
+
     /// A store at RV 1 keeping what `limits` allow.
     fn store_keeping(limits: HistoryLimits) -> Arc<Store> {
         let store = Arc::new(Store::with_history(configmaps(), limits));
@@ -503,9 +510,7 @@ mod tests {
         theirs(&store, 7..=7);
         assert_eq!(
             deliveries(&mut past_half).await,
-            [Err(WatchError::Lagged {
-                resume_from: ResourceVersion(1)
-            })],
+            cut_off_at(1),
             "six behind of ten"
         );
         assert_eq!(resumed_from(&store, 1).await, Ok((2..=7).collect()));
@@ -535,12 +540,7 @@ mod tests {
         theirs(&store, 2..=5);
         assert_eq!(deliveries(&mut at_half).await.len(), 4, "half the bytes");
         theirs(&store, 6..=6);
-        assert_eq!(
-            deliveries(&mut past_half).await,
-            [Err(WatchError::Lagged {
-                resume_from: ResourceVersion(1)
-            })]
-        );
+        assert_eq!(deliveries(&mut past_half).await, cut_off_at(1));
         assert_eq!(resumed_from(&store, 1).await, Ok((2..=6).collect()));
     }
 
@@ -563,12 +563,7 @@ mod tests {
         theirs(&store, 3..=3);
         assert_eq!(deliveries(&mut young).await.len(), 2, "10 s of 20");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(
-            deliveries(&mut old).await,
-            [Err(WatchError::Lagged {
-                resume_from: ResourceVersion(1)
-            })]
-        );
+        assert_eq!(deliveries(&mut old).await, cut_off_at(1));
         assert_eq!(resumed_from(&store, 1).await, Ok(vec![2, 3]));
     }
 
@@ -647,12 +642,7 @@ mod tests {
             [Ok((EventKind::Added, 2, false, "mine".into()))]
         );
         theirs(&store, 5..=10);
-        assert_eq!(
-            deliveries(&mut stream).await,
-            [Err(WatchError::Lagged {
-                resume_from: ResourceVersion(4)
-            })]
-        );
+        assert_eq!(deliveries(&mut stream).await, cut_off_at(4));
     }
 
     /// A resume from far back makes progress: what lies before its start
