@@ -55,6 +55,7 @@ use tonic::{
     server::{Grpc, NamedService, ServerStreamingService},
 };
 use tonic_prost::ProstCodec;
+use tracing::Instrument;
 
 /// The global allocator kube-fanout's binary uses.
 #[global_allocator]
@@ -138,7 +139,8 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
-            .serve_with_incoming(conns),
+            .serve_with_incoming(conns)
+            .instrument(tracing::info_span!("floor grpc")),
     );
 
     let rv = list_rv(&client, &path).await?;
