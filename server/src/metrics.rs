@@ -161,13 +161,13 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "kube_fanout_subscriber_lag_events",
-        help: "The most ring events one live Watch stream has yet to read, counted from its start (0 while every stream has read what it was offered). Its cut-off at kube_fanout_max_lag_events counts only what its filter lets through, at most this.",
+        help: "The most ring events one live Watch stream has yet to read, counted from its start (0 while every stream has read what it was offered). Its cut-off at kube_fanout_max_lag_events counts only what its filter lets through, at most this; whatever it owes, a stream more than half the event history (--history-events, --history-bytes or --history-seconds) behind is cut off too.",
         kind: MetricType::Gauge,
         value: |t| t.behind.events,
     },
     Family {
         name: "kube_fanout_subscriber_lag_bytes",
-        help: "The most bytes of object JSON one live Watch stream has yet to read, counted from its start; its cut-off is at kube_fanout_max_lag_bytes.",
+        help: "The most bytes of object JSON one live Watch stream has yet to read, counted from its start; its cut-off is at kube_fanout_max_lag_bytes, or at half of --history-bytes.",
         kind: MetricType::Gauge,
         value: |t| t.behind.bytes,
     },
