@@ -2,6 +2,7 @@
 //! command's output, and the errors a person meets.
 
 use anyhow::{Context, Result};
+use kube_fanout::options::Peers;
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use serde_json::Value;
 
@@ -54,15 +55,46 @@ async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<
             "RESOURCEVERSION",
             "OBJECTS",
             "SUBSCRIBERS",
-            "REFLECTOR"
+            "REFLECTOR",
+            "UPSTREAM",
+            "LAG"
         ]
     );
     assert_eq!(rows[1][..3], ["v1/configmaps", "ConfigMap", "Synced"]);
+    // Fed by the API server: no parent to be behind.
+    assert_eq!(rows[1][7..], ["api-server", "-"]);
     let (code, out, _) = cli(&server, &["resources", "-o", "json"]).await?;
     assert_eq!(code, 0);
     let json: Value = serde_json::from_str(&out)?;
     assert_eq!(json["resources"][0]["resource"], "v1/configmaps");
     assert!(json["resources"][0]["objects"].as_u64() >= Some(2));
+    assert_eq!(json["resources"][0]["upstream"], "api-server");
+
+    // A tier's leaf of that server names it as its upstream, and its lag
+    // (nothing written meanwhile: caught up).
+    let leaf = Fanout::start_with(kube.clone(), &["v1/configmaps"], |o| {
+        o.upstream_fanout = Some(Peers {
+            addresses: vec![format!("http://{server}")],
+            ca_file: None,
+            tls_server_name: None,
+            token_file: None,
+        });
+    })
+    .await?;
+    leaf.wait_synced().await?;
+    let (code, out, err) = cli(&leaf.addr.to_string(), &["resources"]).await?;
+    assert_eq!(code, 0, "{err}");
+    let rows = cells(&out);
+    assert_eq!(rows[1][7..], [format!("http://{server}/"), "0s".into()]);
+    let (code, out, _) = cli(&leaf.addr.to_string(), &["resources", "-o", "json"]).await?;
+    assert_eq!(code, 0);
+    let json: Value = serde_json::from_str(&out)?;
+    assert_eq!(
+        json["resources"][0]["upstream"],
+        format!("kube-fanout http://{server}/")
+    );
+    assert_eq!(json["resources"][0]["upstreamLagSeconds"], 0);
+    drop(leaf);
 
     // list: a table, JSON equal to the API server's objects, YAML.
     let (code, out, err) = cli(&server, &["list", "configmaps", "-n", "cli"]).await?;

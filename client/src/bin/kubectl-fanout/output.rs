@@ -68,6 +68,8 @@ impl Printer {
             "OBJECTS",
             "SUBSCRIBERS",
             "REFLECTOR",
+            "UPSTREAM",
+            "LAG",
         ])];
         for r in resources {
             rows.push(vec![
@@ -78,6 +80,8 @@ impl Printer {
                 r.objects.to_string(),
                 r.subscribers.to_string(),
                 r.reflector_phase.clone(),
+                upstream(r).to_owned(),
+                lag(r),
             ]);
         }
         table(out, &rows)
@@ -209,6 +213,27 @@ fn sync_state(r: &ResourceStatus) -> &'static str {
     }
 }
 
+/// Where a type is fed from, in one cell: "api-server", or the address of
+/// the parent a tier's leaf follows (the status says "kube-fanout ADDRESS");
+/// "<unknown>" from a server too old to say.
+fn upstream(r: &ResourceStatus) -> &str {
+    match r.upstream.strip_prefix("kube-fanout ") {
+        Some(parent) => parent,
+        None if r.upstream.is_empty() => "<unknown>",
+        None => &r.upstream,
+    }
+}
+
+/// A leaf's lag behind its parent ("0s" when it keeps up); "-" for a type
+/// the API server feeds, which has no parent to be behind.
+fn lag(r: &ResourceStatus) -> String {
+    if r.upstream.starts_with("kube-fanout ") {
+        format!("{}s", r.upstream_lag_seconds)
+    } else {
+        "-".into()
+    }
+}
+
 fn resource_json(r: &ResourceStatus) -> Value {
     json!({
         "resource": resource_path(r),
@@ -222,6 +247,10 @@ fn resource_json(r: &ResourceStatus) -> Value {
         "lastError": r.last_error,
         "oldestResumableResourceVersion": r.oldest_resumable_resource_version,
         "relists": r.relists,
+        "upstream": r.upstream,
+        "bootstrappedFrom": r.bootstrapped_from,
+        "upstreamResourceVersion": r.upstream_resource_version,
+        "upstreamLagSeconds": r.upstream_lag_seconds,
     })
 }
 
