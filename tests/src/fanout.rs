@@ -7,7 +7,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use anyhow::{Context, Result};
 use kube_fanout::{
-    options::ServerOptions,
+    options::{Peers, ServerOptions},
     security::Security,
     server::{self, Running},
 };
@@ -71,6 +71,21 @@ impl Fanout {
         Self::start_on(client, "127.0.0.1:0".parse()?, options).await
     }
 
+    /// Starts a tier's leaf serving `resources`, fed by the servers at
+    /// `parents` (in order), and waits until it has synced.
+    pub async fn start_leaf(
+        client: kube::Client,
+        resources: &[&str],
+        parents: &[SocketAddr],
+    ) -> Result<Self> {
+        let leaf = Self::start_with(client, resources, |o| {
+            o.upstream_fanout = Some(plaintext_peers(parents));
+        })
+        .await?;
+        leaf.wait_synced().await?;
+        Ok(leaf)
+    }
+
     /// Starts kube-fanout on `addr`: the address of one that was stopped
     /// restarts it in place, as a restarted pod behind the same Service.
     pub async fn start_on(
@@ -112,6 +127,17 @@ impl Fanout {
             running.shutdown().await?;
         }
         Ok(())
+    }
+}
+
+/// The servers at `addresses`, in order, as parents or bootstrap peers:
+/// plaintext and without a token, as the tests' servers listen.
+pub fn plaintext_peers(addresses: &[SocketAddr]) -> Peers {
+    Peers {
+        addresses: addresses.iter().map(|a| format!("http://{a}")).collect(),
+        ca_file: None,
+        tls_server_name: None,
+        token_file: None,
     }
 }
 

@@ -2,7 +2,6 @@
 //! command's output, and the errors a person meets.
 
 use anyhow::{Context, Result};
-use kube_fanout::options::Peers;
 use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
 use serde_json::Value;
 
@@ -72,16 +71,7 @@ async fn every_command_prints_like_kubectl_and_fails_understandably() -> Result<
 
     // A tier's leaf of that server names it as its upstream, and its lag
     // (nothing written meanwhile: caught up).
-    let leaf = Fanout::start_with(kube.clone(), &["v1/configmaps"], |o| {
-        o.upstream_fanout = Some(Peers {
-            addresses: vec![format!("http://{server}")],
-            ca_file: None,
-            tls_server_name: None,
-            token_file: None,
-        });
-    })
-    .await?;
-    leaf.wait_synced().await?;
+    let leaf = Fanout::start_leaf(kube.clone(), &["v1/configmaps"], &[fanout.addr]).await?;
     let (code, out, err) = cli(&leaf.addr.to_string(), &["resources"]).await?;
     assert_eq!(code, 0, "{err}");
     let rows = cells(&out);

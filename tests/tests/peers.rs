@@ -17,13 +17,17 @@ use std::{
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use kube_fanout::options::{Peers, ServerOptions};
+use kube_fanout::options::ServerOptions;
 use kube_fanout_client::{
     Client, ClientError,
     proto::{EventType, WatchEvent, WatchRequest},
 };
 use kube_fanout_reflector::ReflectorConfig;
-use kube_fanout_tests::{controlplane::ControlPlane, fanout::Fanout, support::*};
+use kube_fanout_tests::{
+    controlplane::ControlPlane,
+    fanout::{Fanout, plaintext_peers},
+    support::*,
+};
 use tonic::{Code, Streaming};
 
 const NS: &str = "peers";
@@ -40,15 +44,7 @@ fn listing(o: &mut ServerOptions) {
 /// `base` bootstrapping from the replicas at `peers`.
 fn from_peers(base: &ServerOptions, peers: &[SocketAddr]) -> ServerOptions {
     let mut options = base.clone();
-    options.bootstrap_from = Some((
-        Peers {
-            addresses: peers.iter().map(|a| format!("http://{a}")).collect(),
-            ca_file: None,
-            tls_server_name: None,
-            token_file: None,
-        },
-        Duration::from_secs(20),
-    ));
+    options.bootstrap_from = Some((plaintext_peers(peers), Duration::from_secs(20)));
     options
 }
 

@@ -10,7 +10,6 @@ use std::{net::SocketAddr, time::Duration};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube_fanout::options::Peers;
 use kube_fanout_client::proto::{EventType, GetRequest, ResourceStatus, WatchEvent, WatchRequest};
 use kube_fanout_core::on_demand::{AllowList, OnDemandOptions};
 use kube_fanout_tests::{
@@ -48,18 +47,7 @@ async fn leaf(cp: &ControlPlane, parents: &[&Fanout]) -> Result<Fanout> {
 
 /// A leaf of the parents at `addresses`, in order, serving configmaps.
 async fn leaf_of(cp: &ControlPlane, addresses: Vec<SocketAddr>) -> Result<Fanout> {
-    let addresses = addresses.iter().map(|a| format!("http://{a}")).collect();
-    let leaf = Fanout::start_with(cp.client.clone(), &["v1/configmaps"], |o| {
-        o.upstream_fanout = Some(Peers {
-            addresses,
-            ca_file: None,
-            tls_server_name: None,
-            token_file: None,
-        });
-    })
-    .await?;
-    leaf.wait_synced().await?;
-    Ok(leaf)
+    Fanout::start_leaf(cp.client.clone(), &["v1/configmaps"], &addresses).await
 }
 
 /// An event as the tests compare them: type, object name, RV, resync.
