@@ -213,11 +213,17 @@ fn sync_state(r: &ResourceStatus) -> &'static str {
     }
 }
 
+/// The parent a tier's leaf follows, from the status's "kube-fanout
+/// ADDRESS"; None for a type the API server feeds.
+fn parent(r: &ResourceStatus) -> Option<&str> {
+    r.upstream.strip_prefix("kube-fanout ")
+}
+
 /// Where a type is fed from, in one cell: "api-server", or the address of
-/// the parent a tier's leaf follows (the status says "kube-fanout ADDRESS");
-/// "<unknown>" from a server too old to say.
+/// the parent a tier's leaf follows; "<unknown>" from a server too old to
+/// say.
 fn upstream(r: &ResourceStatus) -> &str {
-    match r.upstream.strip_prefix("kube-fanout ") {
+    match parent(r) {
         Some(parent) => parent,
         None if r.upstream.is_empty() => "<unknown>",
         None => &r.upstream,
@@ -227,10 +233,9 @@ fn upstream(r: &ResourceStatus) -> &str {
 /// A leaf's lag behind its parent ("0s" when it keeps up); "-" for a type
 /// the API server feeds, which has no parent to be behind.
 fn lag(r: &ResourceStatus) -> String {
-    if r.upstream.starts_with("kube-fanout ") {
-        format!("{}s", r.upstream_lag_seconds)
-    } else {
-        "-".into()
+    match parent(r) {
+        Some(_) => format!("{}s", r.upstream_lag_seconds),
+        None => "-".into(),
     }
 }
 
