@@ -62,17 +62,22 @@ impl Quoted {
         }
     }
 
-    /// A message that quotes input itself (serde_json's), bounded alike.
+    /// A message that quotes input itself (serde_json's, or the encoder's
+    /// own, already bounded), cut at a few times the bound.
     fn plain(message: &str) -> Self {
         Quoted {
-            text: cut(message),
+            text: cut_at(message, 3 * QUOTE_LIMIT),
             quotes: false,
         }
     }
 }
 
 fn cut(input: &str) -> String {
-    match input.char_indices().nth(QUOTE_LIMIT) {
+    cut_at(input, QUOTE_LIMIT)
+}
+
+fn cut_at(input: &str, limit: usize) -> String {
+    match input.char_indices().nth(limit) {
         None => input.to_owned(),
         Some((at, _)) => format!("{}… ({} bytes)", &input[..at], input.len()),
     }

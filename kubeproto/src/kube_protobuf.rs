@@ -248,3 +248,118 @@ impl KubeProtobuf {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_error(kp: &KubeProtobuf, kind: &str, json: &str) -> String {
+        match kp.object("v1", kind, json.as_bytes()) {
+            Err(e @ TranscodeError::Json { .. }) => e.to_string(),
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kind_without_a_protobuf_form_is_refused_by_name() {
+        let kp = KubeProtobuf::new();
+        assert!(!kp.supports("meta.k8s.io/v1", "Table"));
+        assert!(kp.supports("v1", "Pod"));
+        let e = kp
+            .object("example.com/v1", "Thing", b"{}")
+            .expect_err("a custom resource");
+        assert_eq!(
+            e.to_string(),
+            r#""Thing" of "example.com/v1" has no Kubernetes protobuf encoding here"#
+        );
+        assert!(
+            matches!(
+                kp.list("v1", "Pod", &ListMeta::default(), []),
+                Err(TranscodeError::Unsupported { .. })
+            ),
+            "Pod is no list"
+        );
+    }
+
+    #[test]
+    fn a_watch_event_type_the_api_server_does_not_send_is_refused() {
+        let kp = KubeProtobuf::new();
+        let e = kp
+            .watch_event("UPDATED", "v1", "ConfigMap", b"{}")
+            .expect_err("no such type");
+        assert!(matches!(e, TranscodeError::EventType(_)), "{e}");
+        assert!(
+            kp.watch_event(
+                "BOOKMARK",
+                "v1",
+                "ConfigMap",
+                br#"{"metadata":{"resourceVersion":"7"}}"#
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn json_go_would_refuse_is_refused_with_what_is_wrong() {
+        let kp = KubeProtobuf::new();
+        let e = json_error(
+            &kp,
+            "ReplicationController",
+            r#"{"spec":{"replicas":4294967296}}"#,
+        );
+        assert!(e.contains("i32"), "{e}");
+        let e = json_error(&kp, "ConfigMap", r#"{"metadata":{"name":"a","name":"b"}}"#);
+        assert!(e.contains(r#"key "name" given twice"#), "{e}");
+        let e = json_error(&kp, "ConfigMap", r#"{"data":{"k":"1","a":"2","k":"3"}}"#);
+        assert!(e.contains(r#"map key "k" given twice"#), "{e}");
+        let e = json_error(&kp, "ConfigMap", r#"{"binaryData":{"k":"not base64!"}}"#);
+        assert!(e.contains("bytes"), "{e}");
+        let e = json_error(
+            &kp,
+            "Pod",
+            r#"{"spec":{"containers":[{"ports":[{"containerPort":1.5}]}]}}"#,
+        );
+        assert!(e.contains("floating point"), "{e}");
+        let e = json_error(&kp, "ConfigMap", r#"{"data":{}} trailing"#);
+        assert!(e.contains("trailing"), "{e}");
+    }
+
+    #[test]
+    fn an_error_quotes_at_most_a_bound_of_its_input() {
+        let kp = KubeProtobuf::new();
+        let long = "9".repeat(100_000);
+        let e = json_error(
+            &kp,
+            "ConfigMap",
+            &format!(r#"{{"metadata":{{"creationTimestamp":"{long}"}}}}"#),
+        );
+        assert!(e.len() < 500, "{} bytes: {e}", e.len());
+        assert!(e.contains("(100000 bytes)\" is not RFC 3339"), "{e}");
+        let e = json_error(
+            &kp,
+            "ConfigMap",
+            &format!(r#"{{"metadata":{{"name":{long}}}}}"#),
+        );
+        assert!(e.len() < 400, "{} bytes: {e}", e.len());
+    }
+
+    #[test]
+    fn a_watch_frame_is_its_length_then_the_event() {
+        let kp = KubeProtobuf::new();
+        let json = br#"{"metadata":{"name":"c"}}"#;
+        let object = kp.object("v1", "ConfigMap", json).expect("object");
+        let frame = kp
+            .watch_event("ADDED", "v1", "ConfigMap", json)
+            .expect("frame");
+        let len = u32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        assert_eq!(len, frame.len() - 4);
+        assert!(
+            frame.ends_with(&object),
+            "the enveloped object is the event's last field"
+        );
+        assert!(
+            object.starts_with(b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12"),
+            "{object:?}"
+        );
+    }
+}
