@@ -48,7 +48,7 @@ use k8s_openapi::jiff;
 
 use super::{Attributes, Identity, reviews::NonResourceAttributes};
 
-/// The `apiVersion` of every line: its schema (README, "Audit log").
+/// The `apiVersion` of every line: its schema (docs/security.md, "Audit log").
 pub const API_VERSION: &str = "audit.kube-fanout.io/v1";
 
 /// Lines queued for the writer at most; past it lines are dropped, so a

@@ -65,7 +65,7 @@ pub struct ReviewLimits {
 
 impl Default for ReviewLimits {
     /// 5 reviews/s per source (bursts of 20, 4 at once), 100/s in total
-    /// (bursts of 200, 32 at once). See the README for what they cost.
+    /// (bursts of 200, 32 at once). docs/security.md says what they cost.
     fn default() -> Self {
         let n = |n: u32| NonZeroU32::new(n).expect("non-zero");
         ReviewLimits {

@@ -100,9 +100,9 @@ pub struct Config {
 
     /// A file holding the bearer token presented to other kube-fanouts
     /// (--upstream-fanout, --bootstrap-from), read again as it rotates: a
-    /// projected service account token with their audience
-    /// (--token-audience). This server's identity must be allowed to list
-    /// and watch the types there.
+    /// projected service account token with their audience (their
+    /// --auth-token-audiences). This server's identity must be allowed to
+    /// list and watch the types there.
     #[arg(long, value_name = "FILE", env = "KUBE_FANOUT_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<PathBuf>,
 

@@ -6,7 +6,7 @@
 //! like the API server's watch-list, then every later change in order.
 //! `kube_fanout_service` is the thin gRPC layer.
 //!
-//! This crate only wires (see the README's Architecture section for the
+//! This crate only wires (see docs/development/architecture.md for the
 //! layers): [`config`] turns flags into [`options`], and
 //! [`server::start`] puts the concerns together, each in a module of its
 //! own: discovery of the served types, their reflectors (or a tier's

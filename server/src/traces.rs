@@ -1,6 +1,6 @@
 //! Traces exported over OTLP/gRPC, when the standard OpenTelemetry
 //! variables name an endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`); the README's "Traces" section lists
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`); docs/operations/deploy.md ("Traces") lists
 //! them. Without one nothing is installed: no OpenTelemetry layer, no span
 //! per call, nothing on the event path.
 //!

@@ -1,6 +1,7 @@
 //! Every flag of kube-fanout can be set from the environment, under one
-//! naming scheme, and the README's flag table documents each with its
-//! variable (what the Helm chart and an operator rely on).
+//! naming scheme, and the flag reference (docs/flags.md, generated from
+//! `--help` by scripts/docs-reference) documents each with its variable
+//! (what the Helm chart and an operator rely on).
 
 use clap::CommandFactory;
 use kube_fanout::config::Config;
@@ -9,9 +10,10 @@ use kube_fanout::config::Config;
 const CONVENTIONAL: &[(&str, &str)] = &[("kubeconfig", "KUBECONFIG")];
 
 #[test]
-fn every_flag_has_an_environment_variable_in_the_readme() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+fn every_flag_has_an_environment_variable_in_the_flag_reference() {
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/flags.md"))
+            .expect("docs/flags.md");
     let command = Config::command();
     let mut flags = 0;
     for arg in command.get_arguments() {
@@ -29,14 +31,18 @@ fn every_flag_has_an_environment_variable_in_the_readme() {
             );
         let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
         assert_eq!(env.as_deref(), Some(want.as_str()), "--{long}");
-        let row = format!("| `--{long}");
-        let line = readme
-            .lines()
-            .find(|line| line.starts_with(&row))
-            .unwrap_or_else(|| panic!("README's flag table has no row for --{long}"));
+        // Its section: the heading, a blank line, then the line naming
+        // its signature and variable.
+        let heading = format!("### `--{long}`\n\n");
+        let line = reference
+            .split_once(&heading)
+            .and_then(|(_, rest)| rest.lines().next())
+            .unwrap_or_else(|| {
+                panic!("docs/flags.md has no section for --{long}: run scripts/docs-reference")
+            });
         assert!(
-            line.contains(&format!("`{want}`")),
-            "README row of --{long} lacks {want}: {line}"
+            line.contains(&format!("environment `{want}`")),
+            "docs/flags.md's section of --{long} lacks {want}: {line}"
         );
     }
     assert!(flags >= 18, "only {flags} flags found");

@@ -5,7 +5,7 @@
 //! keeps receiving; and a credential that stops being valid (RBAC revoked,
 //! ServiceAccount deleted, bound pod deleted, token expired) ends the
 //! watches opened with it within the stated bound. The revocation timings
-//! in the README are what these tests print.
+//! in BENCHMARKS.md are what these tests print.
 
 use std::{
     collections::BTreeMap,
@@ -626,7 +626,7 @@ const FLOOD_RATE: u32 = 400;
 /// the API server (measured on a 2-core machine shared with other builds,
 /// load 11-15: kube-fanout's part p99 2.9-35.9 ms without a flood,
 /// 15.6-84.9 ms under one source's, 17.8-87.5 ms under eight sources';
-/// the README has the figures). A refusal made to block its worker
+/// BENCHMARKS.md has the release build's). A refusal made to block its worker
 /// thread for 5 ms took it to 274 ms under eight sources' flood.
 const FLOOD_P99_SLACK: Duration = Duration::from_millis(250);
 
@@ -636,7 +636,7 @@ const FLOOD_P99_SLACK: Duration = Duration::from_millis(250);
 /// 29-32 ms); with the source shut out once its failures are spent, and
 /// its SYNs dropped by the listener's filter, 1.1-1.3 times under one
 /// source's flood and 2.8-3.1 times under eight sources' (release and debug
-/// builds alike; the README has the figures).
+/// builds alike; BENCHMARKS.md has the figures).
 const FLOOD_CPU_RATIO: u32 = 4;
 
 /// Fails if kube-fanout's CPU over a flood phase is beyond
@@ -710,7 +710,7 @@ async fn a_token_flood_costs_the_api_server_only_the_stated_rate() -> Result<()>
     ];
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     // KUBE_FANOUT_FLOOD_SERVER measures another build, the release binary
-    // as deployed (the README's figures): a debug build's refusal costs
+    // as deployed (BENCHMARKS.md's figures): a debug build's refusal costs
     // several times a release build's CPU, and the subscriber feels that.
     let binary = std::env::var_os("KUBE_FANOUT_FLOOD_SERVER").map_or_else(
         || PathBuf::from(env!("CARGO_BIN_EXE_kube-fanout-under-test")),

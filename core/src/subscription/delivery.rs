@@ -219,7 +219,7 @@ mod tests {
     /// with its last matching state at L (the rule the API server's watch
     /// follows for a DELETED: the event's resourceVersion), and one deleted
     /// upstream keeps the resourceVersion of the state it removes, its
-    /// deletion's being lost with the history: what the proto and README
+    /// deletion's being lost with the history: what the proto and docs/api.md
     /// say.
     #[tokio::test(start_paused = true)]
     async fn a_resync_deleted_for_leaving_is_at_l_and_one_for_a_deletion_keeps_its_rv() {
