@@ -5,7 +5,8 @@
 //! helm ([`helm`]), the randomized fault test of the Watch contract
 //! ([`faults`]) with a stand-in for a Service in front of restarting
 //! servers ([`forwarder`]), and the check that a watching client printed
-//! every change once, in order ([`changes`]).
+//! every change once, in order ([`changes`]), and the metrics reference page
+//! rendered from servers' expositions ([`metrics_reference`]).
 
 pub mod changes;
 pub mod clients;
@@ -15,6 +16,7 @@ pub mod fanout;
 pub mod faults;
 pub mod forwarder;
 pub mod helm;
+pub mod metrics_reference;
 pub mod node;
 pub mod pki;
 pub mod process;

@@ -4,7 +4,8 @@
 //! kube-fanout on the real API server exports, or the few cAdvisor series
 //! named below; every family it exports is on the dashboard, whose panels
 //! have ids of their own and do not overlap; and the per-delivery counters
-//! count what subscribers were actually sent. Families
+//! count what subscribers were actually sent; and docs/metrics.md lists
+//! exactly the families running servers export. Families
 //! with labels appear once something was counted, so the server is made to
 //! review tokens (accepted, rejected, and refused at the per-source bound)
 //! and an access first. `promtool check rules` and `promtool test rules` run in
@@ -13,17 +14,22 @@
 use std::{collections::BTreeSet, num::NonZeroU32, path::Path};
 
 use anyhow::{Context, Result, ensure};
-use kube_fanout::security::{AuditOptions, AuthOptions, Security};
+use kube_fanout::{
+    options::ServerOptions,
+    security::{AuditOptions, AuthOptions, Security},
+};
 use kube_fanout_auth::{
     audit::AuditLevel,
     budget::{Bound, ReviewLimits},
     reviews::ReviewClient,
 };
 use kube_fanout_client::proto::{ListRequest, WatchRequest, kube_fanout_client::KubeFanoutClient};
+use kube_fanout_core::on_demand::{AllowList, OnDemandOptions};
 use kube_fanout_tests::{
-    controlplane::{ControlPlane, client_for, user_token},
+    controlplane::{ADMIN_TOKEN, ControlPlane, client_for, user_token},
     eventually::{Look, eventually},
     fanout::Fanout,
+    metrics_reference,
     support::{configmaps, create_configmap, create_namespace, http_get, next_event},
 };
 use promql_parser::{
@@ -165,16 +171,20 @@ fn check(queries: &[(String, String)], exported: &BTreeSet<String>) -> Result<us
     Ok(queries.len())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports() -> Result<()> {
-    let cp = ControlPlane::start().await?;
+/// kube-fanout on the real API server with authentication (one review a
+/// second from one source, so that [`review_three_tokens`]' third token is
+/// refused at the per-source bound) and the audit log on, so that their
+/// families are exported too; `adjust` changes the rest. The audit log's
+/// directory lives as long as the handle returned with the server.
+async fn authenticating_fanout(
+    cp: &ControlPlane,
+    adjust: impl FnOnce(&mut ServerOptions),
+) -> Result<(Fanout, tempfile::TempDir)> {
     let one = NonZeroU32::MIN;
     let auth = AuthOptions {
         review_client: Some(ReviewClient(client_for(&cp.kubeconfig).await?)),
         // Scraped by the test on loopback without a token.
         metrics: false,
-        // One review a second from one source, so the third token below
-        // is refused at the per-source bound.
         review_limits: ReviewLimits {
             per_source: Bound {
                 rate: one,
@@ -185,7 +195,6 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
         },
         ..AuthOptions::default()
     };
-    // The audit log on, so that its counters are exported too.
     let audit_dir = tempfile::tempdir()?;
     let audit = AuditOptions {
         level: AuditLevel::Metadata,
@@ -198,9 +207,17 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
             audit,
             ..Security::default()
         };
+        adjust(o);
     })
     .await?;
     fanout.wait_synced().await?;
+    Ok((fanout, audit_dir))
+}
+
+/// A List with each of three tokens: one the API server accepts, one it
+/// rejects, and one refused at [`authenticating_fanout`]'s per-source
+/// bound. Refused or not, each is counted.
+async fn review_three_tokens(fanout: &Fanout) -> Result<()> {
     let mut client = KubeFanoutClient::connect(format!("http://{}", fanout.addr)).await?;
     for token in [
         user_token("alice"),
@@ -215,9 +232,16 @@ async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports(
         request
             .metadata_mut()
             .insert("authorization", format!("Bearer {token}").parse()?);
-        // Refused or not, each is counted.
         let _ = client.list(request).await;
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alert_queries_name_only_metrics_a_running_server_exports() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let (fanout, _audit) = authenticating_fanout(&cp, |_| {}).await?;
+    review_three_tokens(&fanout).await?;
     let scrape = http_get(fanout.metrics_addr.context("metrics")?, "/metrics").await?;
     let exported = exported(&scrape)?;
     // The scrape is the whole exposition: per type, per listener and the
@@ -477,5 +501,103 @@ async fn a_subscriber_that_stops_reading_is_shown_behind_until_it_reads_on() -> 
         })
         .await?;
     fanout.stop().await?;
+    Ok(())
+}
+
+/// docs/metrics.md, the metrics reference.
+fn metrics_doc() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md")
+}
+
+/// The lines of `a` that `b` lacks, and those of `b` that `a` lacks, for a
+/// failure message that shows what changed.
+fn line_diff(a: &str, b: &str) -> String {
+    let (a_lines, b_lines): (BTreeSet<&str>, BTreeSet<&str>) =
+        (a.lines().collect(), b.lines().collect());
+    let gone = a_lines.difference(&b_lines).map(|l| format!("- {l}"));
+    let new = b_lines.difference(&a_lines).map(|l| format!("+ {l}"));
+    gone.chain(new).collect::<Vec<_>>().join("\n")
+}
+
+/// docs/metrics.md lists exactly the families running servers export, with
+/// their types, help and labels: one with every optional part on
+/// (authentication, the audit log, on-demand types), made to count a
+/// review of each outcome and a watch error so that those families carry
+/// their labels; one with none (what every server exports); and a tier's
+/// leaf of it (its lag behind the parent). With
+/// KUBE_FANOUT_WRITE_METRICS_DOC set it writes the page instead
+/// (scripts/docs-reference).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_reference_lists_every_family_a_running_server_exports() -> Result<()> {
+    let cp = ControlPlane::start().await?;
+    let allow = AllowList(vec!["apps/*".parse().context("a pattern")?]);
+    let (full, _audit) = authenticating_fanout(&cp, |o| {
+        o.on_demand = Some(OnDemandOptions {
+            allow,
+            max_types: 1,
+            idle: std::time::Duration::from_secs(60),
+        });
+    })
+    .await?;
+    // A resume from before the history: a watch that ends Expired (first,
+    // while the source's review budget still has room for its token).
+    let mut client = KubeFanoutClient::connect(format!("http://{}", full.addr)).await?;
+    let mut request = tonic::Request::new(WatchRequest {
+        resource: Some(configmaps()),
+        namespace: "default".into(),
+        resource_version: "1".into(),
+        ..WatchRequest::default()
+    });
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {ADMIN_TOKEN}").parse()?);
+    let ended = match client.watch(request).await {
+        Ok(stream) => stream.into_inner().message().await.err(),
+        Err(status) => Some(status),
+    };
+    ensure!(
+        ended.as_ref().map(tonic::Status::code) == Some(tonic::Code::OutOfRange),
+        "a watch from resourceVersion 1 ended {ended:?}"
+    );
+    review_three_tokens(&full).await?;
+    let full_scrape = http_get(full.metrics_addr.context("metrics")?, "/metrics").await?;
+    ensure!(
+        full_scrape.contains("kube_fanout_watch_errors_total{"),
+        "the Expired watch is not counted:\n{full_scrape}"
+    );
+
+    let plain = Fanout::start(cp.client.clone(), &["v1/configmaps"]).await?;
+    plain.wait_synced().await?;
+    let leaf = Fanout::start_leaf(cp.client.clone(), &["v1/configmaps"], &[plain.addr]).await?;
+    let leaf_metrics = leaf.metrics_addr.context("metrics")?;
+    let leaf_scrape = eventually("the leaf's lag behind its parent exported")
+        .until(
+            async || http_get(leaf_metrics, "/metrics").await,
+            |scrape| scrape.contains("kube_fanout_upstream_lag_seconds{"),
+        )
+        .await?;
+    let plain_scrape = http_get(plain.metrics_addr.context("metrics")?, "/metrics").await?;
+
+    let page = metrics_reference::render(
+        &metrics_reference::families(&plain_scrape)?,
+        &[
+            metrics_reference::families(&full_scrape)?,
+            metrics_reference::families(&leaf_scrape)?,
+        ],
+    )?;
+    let path = metrics_doc();
+    if std::env::var_os("KUBE_FANOUT_WRITE_METRICS_DOC").is_some() {
+        std::fs::write(&path, &page).with_context(|| path.display().to_string())?;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    ensure!(
+        committed == page,
+        "docs/metrics.md differs from what the servers export: run scripts/docs-reference \
+         and commit the result\n{}",
+        line_diff(&committed, &page)
+    );
+    leaf.stop().await?;
+    plain.stop().await?;
+    full.stop().await?;
     Ok(())
 }
