@@ -1,6 +1,7 @@
 //! The documentation holds together: no relative link or anchor in
-//! README.md, BENCHMARKS.md and docs/ points nowhere, and every alert of
-//! the alerting rules links to its own section of the runbooks.
+//! README.md, BENCHMARKS.md and docs/ points nowhere, every alert of the
+//! alerting rules links to its own section of the runbooks, and the
+//! architecture page names every crate at the layer `scripts/layers` checks.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -209,6 +210,79 @@ fn every_alert_links_to_its_own_runbook_section() -> Result<()> {
     }
     ensure!(alerts >= 18, "only {alerts} alerts found");
     ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
+    Ok(())
+}
+
+/// The crates of `scripts/layers` with their layers (its `[crate]=N` lines),
+/// or the crates of `scripts/module-cycles` (its `crates=( ... )` list).
+fn script_crates(script: &str) -> Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(root().join(script)).context(script.to_owned())?;
+    let mut crates = BTreeMap::new();
+    let mut in_list = false;
+    for line in text.lines().map(str::trim) {
+        if let Some((name, layer)) = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once("]="))
+        {
+            crates.insert(name.to_owned(), layer.to_owned());
+        } else if line == "crates=(" {
+            in_list = true;
+        } else if in_list && line == ")" {
+            in_list = false;
+        } else if in_list {
+            crates.insert(line.to_owned(), String::new());
+        }
+    }
+    Ok(crates)
+}
+
+/// The rows of the architecture page's table of crates by layer: each
+/// crate (the first code span of its second cell) with its layer.
+fn documented_layers(markdown: &str) -> BTreeMap<String, String> {
+    markdown
+        .lines()
+        .filter_map(|line| {
+            let mut cells = line.strip_prefix('|')?.split('|').map(str::trim);
+            let layer = cells.next()?;
+            if layer.is_empty() || !layer.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            let name = cells.next()?.split('`').nth(1)?;
+            Some((name.to_owned(), layer.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_architecture_page_lists_every_crate_at_its_layer() -> Result<()> {
+    let page = "docs/development/architecture.md";
+    let documented = documented_layers(&std::fs::read_to_string(root().join(page)).context(page)?);
+    let layers = script_crates("scripts/layers")?;
+    ensure!(
+        layers.len() >= 10,
+        "only {} crates in scripts/layers",
+        layers.len()
+    );
+    let only_page: Vec<_> = documented
+        .iter()
+        .filter(|(c, l)| layers.get(*c) != Some(l))
+        .collect();
+    let only_script: Vec<_> = layers
+        .iter()
+        .filter(|(c, l)| documented.get(*c) != Some(l))
+        .collect();
+    ensure!(
+        only_page.is_empty() && only_script.is_empty(),
+        "{page}'s table of crates by layer has {only_page:?}, scripts/layers {only_script:?} (crate, layer)"
+    );
+    let cycles: BTreeSet<_> = script_crates("scripts/module-cycles")?
+        .into_keys()
+        .collect();
+    let layered: BTreeSet<_> = layers.into_keys().collect();
+    ensure!(
+        cycles == layered,
+        "scripts/module-cycles checks {cycles:?}, scripts/layers layers {layered:?}"
+    );
     Ok(())
 }
 
