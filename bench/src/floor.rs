@@ -40,6 +40,7 @@ use http_body_util::BodyExt;
 use kube_fanout_listener::{
     accept::{self, Accept},
     connections::{ConnectionLimits, Connections},
+    drain::Drain,
     keepalive::Keepalive,
     tls::{self, TlsFiles},
 };
@@ -132,6 +133,8 @@ async fn main() -> anyhow::Result<()> {
             ..ConnectionLimits::default()
         }),
         close_unauthenticated: false,
+        // The floor runs until it is killed: nothing to drain.
+        drain: Drain::default(),
     };
     let listener = TcpListener::bind(args.listen).await?;
     let (conns, _drained) = accept::incoming(listener, accept, CancellationToken::new());

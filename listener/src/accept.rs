@@ -19,7 +19,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::{either::Either, sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::{conn::Conn, connections::Connections, keepalive::Keepalive, retire::MaxConnectionAge};
+use crate::{
+    conn::Conn, connections::Connections, drain::Drain, keepalive::Keepalive,
+    retire::MaxConnectionAge,
+};
 
 /// How [`incoming`] accepts connections.
 #[derive(Clone)]
@@ -38,6 +41,8 @@ pub struct Accept {
     /// on (without it nothing ever is), and on the health listener (where
     /// nothing ever is either, so each connection lasts that long at most).
     pub close_unauthenticated: bool,
+    /// The server's drain, which closes the connections when it stops.
+    pub drain: Drain,
 }
 
 /// The connections accepted on `listener` until `cancel` fires: beyond
@@ -115,13 +120,14 @@ pub fn incoming(
                     .then(|| Instant::now() + limits.unauthenticated_timeout);
                 let max_age = accept.max_age;
                 let Some(acceptor) = accept.tls.clone() else {
-                    let conn = Conn::new(Either::Left(tcp), max_age, slot, deadline);
+                    let conn =
+                        Conn::new(Either::Left(tcp), max_age, slot, deadline, accept.drain.join());
                     if !deliver(&tx, conn, &cancel).await {
                         return;
                     }
                     continue;
                 };
-                let (tx, cancel) = (tx.clone(), cancel.clone());
+                let (tx, cancel, drain) = (tx.clone(), cancel.clone(), accept.drain.clone());
                 handshakes.spawn(
                     async move {
                         let handshake = tokio::time::timeout(
@@ -139,8 +145,8 @@ pub fn incoming(
                         };
                         match outcome {
                             Ok(Ok(tls)) => {
-                                let conn =
-                                    Conn::new(Either::Right(Box::new(tls)), max_age, slot, deadline);
+                                let io = Either::Right(Box::new(tls));
+                                let conn = Conn::new(io, max_age, slot, deadline, drain.join());
                                 deliver(&tx, conn, &cancel).await;
                             }
                             Ok(Err(err)) => {
@@ -247,6 +253,7 @@ mod tests {
             max_age: None,
             connections: connections.clone(),
             close_unauthenticated,
+            drain: Drain::default(),
         }
     }
 
@@ -422,6 +429,60 @@ mod tests {
         let (_client, again) = accept_from("127.0.0.1").await;
         assert_eq!(again.connect_info().standing.refusal(), None);
         assert_eq!(connections.stats().refused_shut_out, 0);
+        cancel.cancel();
+    }
+
+    /// Once the server's drain begins, a connection with no request in
+    /// flight is closed at the streams' grace (its reads end, its client
+    /// sees the end), one with a request in flight at the requests' grace
+    /// unless the request ends first: closed then, at once.
+    #[tokio::test(start_paused = true)]
+    async fn the_drain_closes_idle_connections_at_once_and_busy_ones_when_their_requests_end() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let grace = crate::drain::DrainGrace {
+            streams: Duration::from_millis(500),
+            requests: Duration::from_secs(10),
+        };
+        let drain = Drain::new(grace);
+        let connections = bounded(ConnectionLimits::default());
+        let accept = Accept {
+            drain: drain.clone(),
+            ..plain(&connections, false)
+        };
+        let cancel = CancellationToken::new();
+        let mut conns = Box::pin(conns_of(listener, accept, cancel.clone()));
+        let mut idle_client = TcpStream::connect(addr).await.unwrap();
+        let mut idle = conns.next().await.unwrap().unwrap();
+        let _busy_client = TcpStream::connect(addr).await.unwrap();
+        let mut busy = conns.next().await.unwrap().unwrap();
+        let request = busy.connect_info().requests.start();
+        let mut byte = [0; 1];
+        let quiet = tokio::time::timeout(Duration::from_secs(3600), idle.read(&mut byte)).await;
+        assert!(quiet.is_err(), "closed before the drain");
+
+        let began = Instant::now();
+        drain.begin();
+        assert_eq!(idle.read(&mut byte).await.unwrap(), 0);
+        assert_eq!(Instant::now() - began, grace.streams);
+        assert_eq!(idle_client.read(&mut byte).await.unwrap(), 0, "no FIN");
+        let still = tokio::time::timeout(Duration::from_secs(2), busy.read(&mut byte)).await;
+        assert!(still.is_err(), "closed with a request in flight");
+        drop(request);
+        assert_eq!(busy.read(&mut byte).await.unwrap(), 0);
+        assert_eq!(
+            Instant::now() - began,
+            grace.streams + Duration::from_secs(2)
+        );
+        let stats = drain.stats();
+        assert_eq!(
+            (
+                stats.open_at_start,
+                stats.closed_with_streams,
+                stats.closed_with_requests
+            ),
+            (2, 2, 0)
+        );
         cancel.cancel();
     }
 

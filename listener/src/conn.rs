@@ -1,9 +1,11 @@
 //! One accepted connection ([`Conn`]), plain or TLS, as tonic and axum
 //! serve it, and what the gRPC layers learn about it ([`ConnInfo`]): its
-//! peer, its verified client certificate, when it is retired, and its
-//! standing with the authentication layer. A connection on which nothing
-//! is authenticated in time, or that is shut out for its source's failed
-//! authentications before it authenticated, is closed here, by its reads.
+//! peer, its verified client certificate, when it is retired, its
+//! standing with the authentication layer, and its requests in flight. A
+//! connection on which nothing is authenticated in time, one that is shut
+//! out for its source's failed authentications before it authenticated,
+//! and one past its time in a server's drain ([`crate::drain`]) are closed
+//! here, by their reads.
 
 use std::{
     io,
@@ -25,26 +27,34 @@ use tokio_util::either::Either;
 use tonic::transport::server::Connected;
 use tracing::debug;
 
-use crate::{connections::Slot, retire::MaxConnectionAge, standing::Standing};
+use crate::{
+    connections::Slot,
+    drain::{ConnDrain, Requests},
+    retire::MaxConnectionAge,
+    standing::Standing,
+};
 
 /// A client connection, when it is retired if connections have a maximum
-/// age, its place among the open connections, and when it is closed if it
-/// authenticates nothing.
+/// age, its place among the open connections, when it is closed if it
+/// authenticates nothing, and its part in the server's drain.
 pub struct Conn {
     pub(crate) io: Io,
     max_age: Option<MaxConnectionAge>,
     slot: Slot,
     unauthenticated: Unauthenticated,
+    drain: ConnDrain,
 }
 
-/// Where a connection is in closing for authenticating nothing.
+/// Where a connection is in closing: for authenticating nothing, or for
+/// the server's drain.
 enum Unauthenticated {
-    /// Not closed for that: authenticated, or not asked to.
+    /// Not closed for authenticating nothing: authenticated, or not asked
+    /// to.
     Off,
     /// Closed at this deadline unless a request authenticates first (or
     /// before it, if the connection is shut out).
     Until(Pin<Box<Sleep>>),
-    /// Past the deadline: the TLS close_notify and the TCP FIN going out.
+    /// Closing: the TLS close_notify and the TCP FIN going out.
     ShuttingDown,
     /// Closed: reads see the end of the stream, so hyper ends the
     /// connection as if the client had closed it.
@@ -54,12 +64,14 @@ enum Unauthenticated {
 impl Conn {
     /// A connection accepted (and through its handshake, with TLS) that
     /// holds `slot`, is closed at `unauthenticated_deadline` unless a
-    /// request on it authenticates first, and retired at `max_age`.
+    /// request on it authenticates first, retired at `max_age`, and closed
+    /// in the server's drain as `drain` says.
     pub(crate) fn new(
         io: Io,
         max_age: Option<MaxConnectionAge>,
         slot: Slot,
         unauthenticated_deadline: Option<Instant>,
+        drain: ConnDrain,
     ) -> Self {
         let unauthenticated = match unauthenticated_deadline {
             Some(deadline) => Unauthenticated::Until(Box::pin(tokio::time::sleep_until(deadline))),
@@ -70,7 +82,30 @@ impl Conn {
             max_age,
             slot,
             unauthenticated,
+            drain,
         }
+    }
+
+    /// Closes a connection past its time in the server's drain: `Some` is
+    /// what a read returns instead of reading (the end of the stream). The
+    /// close_notify and FIN are sent if the socket takes them now, never
+    /// waited for: a client that reads nothing (the one a drain is there
+    /// for) would hold the server's exit up; the kernel sends what the
+    /// socket still holds once it is closed.
+    fn close_if_drained(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
+        if let Unauthenticated::Closed = self.unauthenticated {
+            return None;
+        }
+        if !self.drain.poll_close(cx) {
+            return None;
+        }
+        debug!(
+            peer = ?self.socket().peer_addr().ok(),
+            "closing a connection the server's drain waited for long enough"
+        );
+        let _ = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.unauthenticated = Unauthenticated::Closed;
+        Some(Poll::Ready(Ok(())))
     }
 
     /// Moves a connection past its deadline without an authenticated
@@ -153,6 +188,9 @@ pub struct ConnInfo {
     /// `--unauthenticated-connection-timeout-seconds`), and told of each
     /// failed authentication (its source's failure budget).
     pub standing: Standing,
+    /// Its requests in flight, which the server's drain waits for (see
+    /// [`crate::drain::CountRequestsLayer`]).
+    pub requests: Requests,
 }
 
 impl Connected for Conn {
@@ -163,12 +201,14 @@ impl Connected for Conn {
     fn connect_info(&self) -> ConnInfo {
         let retire_at = self.max_age.map(|age| age.retire_at(Instant::now()));
         let standing = self.slot.standing().clone();
+        let requests = self.drain.requests();
         match &self.io {
             Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
                 peer_certificate: None,
                 retire_at,
                 standing,
+                requests,
             },
             Either::Right(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -181,6 +221,7 @@ impl Connected for Conn {
                         .map(|leaf| Arc::new(leaf.clone().into_owned())),
                     retire_at,
                     standing,
+                    requests,
                 }
             }
         }
@@ -194,6 +235,9 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(closing) = this.close_if_drained(cx) {
+            return closing;
+        }
         if let Some(closing) = this.close_if_unauthenticated(cx) {
             return closing;
         }

@@ -4,13 +4,15 @@
 //! certificate and client CA reloaded on change ([`tls`]), the bounds on
 //! connections and handshakes ([`connections`]), the budget of failed
 //! authentications per [`source`] ([`failures`]) and each connection's
-//! [`standing`] with the authentication layer, HTTP/2 [`keepalive`], and
-//! retiring connections at their maximum age ([`retire`]).
+//! [`standing`] with the authentication layer, HTTP/2 [`keepalive`],
+//! retiring connections at their maximum age ([`retire`]), and closing
+//! them within a bound when the server stops ([`drain`], which waits for
+//! the [`requests`] in flight).
 //!
 //! Inside, imports run down: `accept` sits on `conn`,
-//! `connections`, `gate`, `keepalive` and `retire`; `gate` on `failures`
-//! and `source`; `conn` on `connections`,
-//! `standing` and `retire`; `connections` on `standing`, `gate`,
+//! `connections`, `drain`, `gate`, `keepalive` and `retire`; `gate` on `failures`
+//! and `source`; `requests` on `conn` and `drain`; `conn` on `connections`,
+//! `drain`, `standing` and `retire`; `connections` on `standing`, `gate`,
 //! `failures` and `source`; `standing` on `failures` and `source`; `failures` on `clock`
 //! and `source`; `tls` on `reload`.
 //!
@@ -21,10 +23,12 @@ pub mod accept;
 pub mod clock;
 pub mod conn;
 pub mod connections;
+pub mod drain;
 pub mod failures;
 mod gate;
 pub mod keepalive;
 mod reload;
+pub mod requests;
 pub mod retire;
 pub mod source;
 pub mod standing;

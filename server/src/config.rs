@@ -20,7 +20,7 @@ use kube_fanout_core::{
     subscription::Limits,
 };
 use kube_fanout_listener::{
-    connections::ConnectionLimits, failures::FailureBound, keepalive::Keepalive,
+    connections::ConnectionLimits, drain::DrainGrace, failures::FailureBound, keepalive::Keepalive,
     retire::MaxConnectionAge, tls::TlsFiles,
 };
 use kube_fanout_reflector::ReflectorConfig;
@@ -172,6 +172,17 @@ pub struct Config {
         env = "KUBE_FANOUT_MAX_CONNECTION_AGE_SECONDS"
     )]
     pub max_connection_age_seconds: u64,
+
+    /// Seconds a stopping server (SIGTERM) waits for the calls in flight
+    /// on a connection (List, Get, ListResources, a history handed to a
+    /// starting replica) before it closes the connection. Watches are not
+    /// waited for: each ends at once (UNAVAILABLE, ShuttingDown, with the
+    /// resourceVersion to resume from), and a connection with no call in
+    /// flight is closed half a second after the signal, whatever its
+    /// watches' clients still have to read (they resume elsewhere from
+    /// the last event they read).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..), env = "KUBE_FANOUT_SHUTDOWN_GRACE_SECONDS")]
+    pub shutdown_grace_seconds: u64,
 
     /// Most HTTP/2 streams (calls) one gRPC connection may have open at
     /// once, kube-apiserver's --http2-max-streams-per-connection default;
@@ -701,6 +712,14 @@ impl Config {
             .then(|| MaxConnectionAge(Duration::from_secs(self.max_connection_age_seconds)))
     }
 
+    /// How long a stopping server waits before it closes connections.
+    pub fn drain(&self) -> DrainGrace {
+        DrainGrace {
+            requests: Duration::from_secs(self.shutdown_grace_seconds),
+            ..DrainGrace::default()
+        }
+    }
+
     /// How long a failing reflector keeps the server ready (`None`: for
     /// ever).
     pub fn unready_after(&self) -> Option<Duration> {
@@ -766,6 +785,7 @@ impl Config {
             security: self.security(),
             keepalive: self.keepalive(),
             max_connection_age: self.max_connection_age(),
+            drain: self.drain(),
             connections: self.connections(),
             shared_snapshot_bytes: self.max_shared_snapshot_bytes,
             // The binary's to set: it installs the trace export.

@@ -9,6 +9,8 @@ use kube_fanout_core::{registry::ServedTypes, shared_snapshot::SharedSnapshots};
 use kube_fanout_listener::{
     accept::{self, Accept},
     connections::{ConnectionLimits, Connections},
+    drain::Drain,
+    requests::CountRequestsLayer,
     tls,
 };
 use kube_fanout_proto::v1::{FILE_DESCRIPTOR_SET, kube_fanout_server::KubeFanoutServer};
@@ -45,11 +47,14 @@ pub(crate) struct Grpc {
     pub(crate) health: HealthServer<HealthService>,
     /// This listener's connections, counted apart from the others'.
     pub(crate) connections: Arc<Connections>,
+    /// The server's drain.
+    pub(crate) drain: Drain,
 }
 
 impl Grpc {
     /// Serves on `listener` until `cancel` fires, in `tasks`; open
-    /// watches end at once then (with ShuttingDown).
+    /// watches end at once then (with ShuttingDown), and the drain closes
+    /// the connections.
     pub(crate) fn serve(
         self,
         listener: TcpListener,
@@ -89,6 +94,7 @@ impl Grpc {
         // Outermost, so that the call's span covers its authentication.
         let spans = options.request_spans.then(RequestSpansLayer::default);
         let router = builder
+            .layer(CountRequestsLayer::new(is_stream))
             .layer(tower::util::option_layer(spans))
             .layer(tower::util::option_layer(self.authenticate))
             .add_service(self.health)
@@ -98,9 +104,11 @@ impl Grpc {
                 KubeFanoutServer::new(service),
             ))));
         // Open watches end at once (with ShuttingDown) so that the graceful
-        // shutdown is not held up by them. A task of its own: tonic does not
-        // wait on its shutdown signal once the listener's stream has ended,
-        // which the same cancellation ends.
+        // shutdown is not held up by them; those whose clients do not read
+        // what is ahead of that status go with their connections, which
+        // the drain closes. A task of its own: tonic does not wait on its
+        // shutdown signal once the listener's stream has ended, which the
+        // same cancellation ends.
         let (shutdown, closing) = (cancel.clone(), self.cache);
         tasks.spawn(
             async move {
@@ -117,6 +125,7 @@ impl Grpc {
             connections: self.connections,
             // Without authentication nothing ever is authenticated.
             close_unauthenticated: options.security.auth.is_some(),
+            drain: self.drain,
         };
         let shutdown = cancel.clone();
         tasks.spawn(
@@ -132,6 +141,15 @@ impl Grpc {
         );
         Ok(())
     }
+}
+
+/// Whether a gRPC call is a stream that never ends by itself (a Watch,
+/// kube-fanout's or health's), which a stopping server does not wait for.
+pub(crate) fn is_stream(_: &http::Method, uri: &http::Uri) -> bool {
+    matches!(
+        uri.path(),
+        "/kubefanout.v1.KubeFanout/Watch" | "/grpc.health.v1.Health/Watch"
+    )
 }
 
 /// A gRPC server builder with the HTTP/2 bounds of `limits`. tonic would

@@ -8,6 +8,8 @@ use kube_fanout_core::registry::ServedTypes;
 use kube_fanout_listener::{
     accept::{self, Accept},
     connections::Connections,
+    drain::Drain,
+    requests::CountRequestsLayer,
 };
 use kube_fanout_proto::v1::kube_fanout_server::KubeFanoutServer;
 use kube_fanout_service::service::FanoutService;
@@ -21,7 +23,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::{
     error::{ServeError, Tasks},
-    grpc::bounded,
+    grpc::{bounded, is_stream},
     options::ServerOptions,
 };
 
@@ -51,19 +53,22 @@ pub(crate) async fn start(
 }
 
 /// Serves `service` alone, in plaintext, on `addr` (the kubelet's gRPC
-/// probe cannot speak TLS), its connections counted in `connections`;
-/// the address bound.
+/// probe cannot speak TLS), its connections counted in `connections` and
+/// closed by `drain` as the server stops; the address bound.
 pub(crate) async fn listen(
     addr: SocketAddr,
     service: HealthServer<HealthService>,
     options: &ServerOptions,
     connections: Arc<Connections>,
+    drain: Drain,
     tasks: &mut Tasks,
     cancel: &CancellationToken,
 ) -> Result<SocketAddr, ServeError> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let probes = bounded(&options.connections).add_service(service);
+    let probes = bounded(&options.connections)
+        .layer(CountRequestsLayer::new(is_stream))
+        .add_service(service);
     // Nothing authenticates here: each connection lasts the
     // unauthenticated timeout at most, which also ends its health
     // Watch streams.
@@ -73,6 +78,7 @@ pub(crate) async fn listen(
         max_age: None,
         connections,
         close_unauthenticated: true,
+        drain,
     };
     let shutdown = cancel.clone();
     tasks.spawn(

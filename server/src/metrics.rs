@@ -48,6 +48,7 @@ use kube_fanout_listener::{
     accept::{self, Accept},
     conn::Conn,
     connections::{self, ConnectionStats},
+    drain::Drain,
     keepalive::Keepalive,
     tls,
 };
@@ -568,11 +569,13 @@ pub const SCRAPE: NonResourceAttributes = NonResourceAttributes {
 
 /// Serves `GET /metrics` on `listener` until `cancel` fires: over TLS with
 /// `tls`, only to callers `access` lets through if given, and with its
-/// connections held to the bounds of `connections`.
+/// connections held to the bounds of `connections` and closed by its
+/// drain as the server stops.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     connections: Arc<connections::Connections>,
+    drain: Drain,
     access: Option<HttpAccess>,
     registry: Registry,
     cancel: CancellationToken,
@@ -607,6 +610,7 @@ pub async fn serve(
         max_age: None,
         connections,
         close_unauthenticated: false,
+        drain,
     };
     let (conns, drained) = accept::incoming(listener, accept, cancel.clone());
     axum::serve(Connections(Box::pin(conns)), app)
@@ -618,14 +622,15 @@ pub async fn serve(
 
 /// Serves `registry` on `addr` (over TLS when `security` has it, to the
 /// scrapes `access` lets through if given), its connections counted in
-/// `connections`, in `tasks` until `cancel` fires; the address bound.
-/// Refuses unauthenticated scrapes beyond loopback unless told to.
+/// `connections` and closed by `drain` as the server stops, in `tasks`
+/// until `cancel` fires; the address bound. Refuses unauthenticated
+/// scrapes beyond loopback unless told to.
 pub(crate) async fn listen(
     addr: SocketAddr,
     security: &Security,
     access: Option<HttpAccess>,
     registry: Registry,
-    connections: Arc<connections::Connections>,
+    (connections, drain): (Arc<connections::Connections>, Drain),
     tasks: &mut Tasks,
     cancel: &CancellationToken,
 ) -> Result<SocketAddr, ServeError> {
@@ -638,9 +643,17 @@ pub(crate) async fn listen(
         .map(tls::metrics_acceptor)
         .transpose()?;
     tasks.spawn(
-        serve(listener, tls, connections, access, registry, cancel.clone())
-            .map_err(ServeError::Io)
-            .instrument(info_span!("metrics", %bound)),
+        serve(
+            listener,
+            tls,
+            connections,
+            drain,
+            access,
+            registry,
+            cancel.clone(),
+        )
+        .map_err(ServeError::Io)
+        .instrument(info_span!("metrics", %bound)),
     );
     Ok(bound)
 }

@@ -8,7 +8,8 @@ use kube_fanout_core::{
     store::HistoryLimits, subscription::Limits,
 };
 use kube_fanout_listener::{
-    connections::ConnectionLimits, keepalive::Keepalive, retire::MaxConnectionAge,
+    connections::ConnectionLimits, drain::DrainGrace, keepalive::Keepalive,
+    retire::MaxConnectionAge,
 };
 use kube_fanout_reflector::ReflectorConfig;
 
@@ -55,6 +56,10 @@ pub struct ServerOptions {
     /// Connections older than this are retired (`None`: never; see
     /// [`kube_fanout_listener::retire`]).
     pub max_connection_age: Option<MaxConnectionAge>,
+    /// How long a stopping server waits for streams and for requests in
+    /// flight before it closes their connections (see
+    /// [`kube_fanout_listener::drain`]).
+    pub drain: DrainGrace,
     /// Bounds on connections and what each may carry, on the gRPC and
     /// the health listener alike (each counted apart).
     pub connections: ConnectionLimits,

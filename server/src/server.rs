@@ -8,11 +8,14 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use kube_fanout_core::{registry::ServedTypes, shared_snapshot::SharedSnapshots};
-use kube_fanout_listener::connections::Connections;
+use kube_fanout_listener::{
+    connections::Connections,
+    drain::{Drain, DrainStats},
+};
 use kube_fanout_service::list_budget::ListBudget;
 use tokio::{net::TcpListener, task::JoinSet};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument, info, info_span};
 
 use crate::{
     audit, discovery,
@@ -34,6 +37,8 @@ pub struct Running {
     pub health_addr: Option<SocketAddr>,
     /// The served types.
     pub cache: Arc<ServedTypes>,
+    /// What closes the listeners' connections as the server stops.
+    pub drain: Drain,
     tasks: Tasks,
     cancel: CancellationToken,
 }
@@ -55,6 +60,20 @@ impl Running {
                 outcome = outcome.and(Err(err));
             }
         }
+        if let Some(began) = self.drain.began() {
+            let DrainStats {
+                open_at_start,
+                closed_with_streams,
+                closed_with_requests,
+            } = self.drain.stats();
+            info!(
+                took = ?began.elapsed(),
+                open_at_start,
+                closed_with_streams,
+                closed_with_requests,
+                "stopped: of the connections open as the shutdown began, closed_with_streams were closed with watches still streaming (their clients had not read what was sent), closed_with_requests with calls in flight past the grace"
+            );
+        }
         outcome
     }
 }
@@ -69,6 +88,16 @@ pub async fn start(
     cancel: CancellationToken,
 ) -> Result<Running, ServeError> {
     let mut tasks = JoinSet::new();
+    let drain = Drain::new(options.drain);
+    let begin = (drain.clone(), cancel.clone());
+    tasks.spawn(
+        async move {
+            begin.1.cancelled().await;
+            begin.0.begin();
+            Ok(())
+        }
+        .instrument(info_span!("drain")),
+    );
     let mut cache = match &options.upstream_fanout {
         Some(parents) => {
             tier::start(
@@ -134,6 +163,7 @@ pub async fn start(
                 health.clone(),
                 &options,
                 health_connections.clone(),
+                drain.clone(),
                 &mut tasks,
                 &cancel,
             )
@@ -174,7 +204,7 @@ pub async fn start(
                 &options.security,
                 guards.scrapes,
                 registry,
-                metrics_connections,
+                (metrics_connections, drain.clone()),
                 &mut tasks,
                 &cancel,
             );
@@ -191,6 +221,7 @@ pub async fn start(
         shared_snapshots,
         health,
         connections: grpc_connections,
+        drain: drain.clone(),
     };
     grpc.serve(listener, &options, &mut tasks, &cancel)?;
     info!(%local_addr, "serving");
@@ -199,6 +230,7 @@ pub async fn start(
         metrics_addr,
         health_addr,
         cache,
+        drain,
         tasks,
         cancel,
     })

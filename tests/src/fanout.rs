@@ -13,7 +13,9 @@ use kube_fanout::{
 };
 use kube_fanout_client::Client;
 use kube_fanout_core::{store::HistoryLimits, subscription::Limits};
-use kube_fanout_listener::{connections::ConnectionLimits, keepalive::Keepalive};
+use kube_fanout_listener::{
+    connections::ConnectionLimits, drain::DrainGrace, keepalive::Keepalive,
+};
 use kube_fanout_reflector::ReflectorConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +62,7 @@ impl Fanout {
             security: Security::default(),
             keepalive: Keepalive::default(),
             max_connection_age: None,
+            drain: DrainGrace::default(),
             connections: ConnectionLimits::default(),
             shared_snapshot_bytes: kube_fanout::options::DEFAULT_SHARED_SNAPSHOT_BYTES,
             request_spans: false,

@@ -6,13 +6,18 @@
 //! every subscriber's whole life against a truth recorded from the API
 //! server itself. Zero violations, and every fault really happened.
 //! Replica B serves configmaps on demand (`--on-demand-resources`, no
-//! `--resource`), A as a configured type: the contract holds for both.
+//! `--resource`), A as a configured type: the contract holds for both. A
+//! killed replica starts again from the other's snapshot and history
+//! (`--bootstrap-from`), so that resumes on it from before its start are
+//! exact too.
 //!
 //! The tier runs (issue 27) add two leaves, C and D, fed by the replicas
 //! as their parents through a stable address each: subscribers on leaves
 //! and parents resume across tiers, A's re-sync units pass through the
 //! leaf that follows A, a killed replica's leaves fail over to the other
-//! (resuming from their own RV), and killed leaves' subscribers move.
+//! (resuming from their own RV), and killed leaves' subscribers move;
+//! and a rolling restart SIGTERMs every server in turn, each of which must
+//! exit well within a pod's grace whatever its slow readers still owe.
 //!
 //! `ci_sized_run` and `ci_sized_tier_run` run in `scripts/test` (about
 //! two minutes each); the soak, with tiers, is
@@ -21,11 +26,17 @@
 //! cargo test -p kube-fanout-tests --test faults -- --ignored soak --nocapture
 //! ```
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use kube_fanout_tests::faults::{self, Plan, Report};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_kube-fanout-under-test");
+
+/// The binary under test: this build's, or `FAULTS_SERVER` (another
+/// build's, to measure it the same way).
+fn binary() -> std::path::PathBuf {
+    std::env::var_os("FAULTS_SERVER").map_or_else(|| BINARY.into(), Into::into)
+}
 
 /// One fault run at a time: each takes the machine's two cores, and the
 /// test harness would run this file's tests side by side.
@@ -34,7 +45,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 async fn run(plan: Plan) -> anyhow::Result<Report> {
     kube_fanout_tests::init_logging();
     let _alone = ONE_AT_A_TIME.lock().await;
-    let report = faults::run(&plan, Path::new(BINARY)).await?;
+    let report = faults::run(&plan, &binary()).await?;
     println!("{report}");
     assert_eq!(report.faults.apiserver_restarts, plan.apiserver_restarts);
     assert_eq!(report.faults.replica_kills, plan.replica_kills);
@@ -91,6 +102,14 @@ async fn run(plan: Plan) -> anyhow::Result<Report> {
             "A's re-sync unit reached a subscriber on a leaf, at the same RV"
         );
     }
+    assert_eq!(
+        report.faults.sigterms.len(),
+        plan.rolling_restarts * if plan.leaves { 4 } else { 2 }
+    );
+    assert_eq!(
+        report.faults.sigterms_at_grace, 0,
+        "a SIGTERM'd server waited for its slow readers until it was killed"
+    );
     assert!(
         report.violations.is_empty(),
         "{} violations of the Watch contract (see above)",
@@ -111,6 +130,7 @@ fn ci_sized() -> Plan {
         replica_kills: 2,
         leaves: false,
         leaf_kills: 0,
+        rolling_restarts: 0,
         changes_while_down: 80,
         max_lag_events: 100,
         hang_up_ms: (300, 3000),
@@ -133,6 +153,7 @@ async fn ci_sized_tier_run() -> anyhow::Result<()> {
         subscribers: 16,
         leaves: true,
         leaf_kills: 2,
+        rolling_restarts: 1,
         seed: 16,
         ..ci_sized()
     })
@@ -153,6 +174,7 @@ async fn soak() -> anyhow::Result<()> {
         replica_kills: 4,
         leaves: true,
         leaf_kills: 4,
+        rolling_restarts: 3,
         changes_while_down: 150,
         max_lag_events: 300,
         hang_up_ms: (300, 6000),

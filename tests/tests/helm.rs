@@ -446,7 +446,7 @@ async fn chart_installs_with_least_privilege_upgrades_and_uninstalls_cleanly() -
         READINESS_SERVICE
     );
     assert_eq!(container["livenessProbe"]["grpc"]["service"], "");
-    assert_eq!(container["lifecycle"]["preStop"]["sleep"]["seconds"], 10);
+    assert_eq!(container["lifecycle"]["preStop"]["sleep"]["seconds"], 5);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(
         container["securityContext"]["capabilities"]["drop"],

@@ -20,6 +20,7 @@
 pub mod checker;
 pub mod model;
 pub mod replica;
+pub mod sigterm;
 pub mod subscriber;
 pub mod tiers;
 pub mod truth;
@@ -69,6 +70,10 @@ pub struct Plan {
     pub leaves: bool,
     /// Times a leaf (D and C in turn) is killed and restarted.
     pub leaf_kills: usize,
+    /// Rolling restarts: each SIGTERMs every server in turn (A, B, then
+    /// the leaves), waits for it to exit (SIGKILL at [`GRACE`]) and starts
+    /// it again, the replicas from the other's snapshot and history.
+    pub rolling_restarts: usize,
     /// Changes written while a killed component is down.
     pub changes_while_down: usize,
     /// The replicas' `--max-lag-events`, small so that slow readers are cut off.
@@ -100,7 +105,16 @@ pub struct Faults {
     pub slow_subscribers: usize,
     /// What the faults did to the tiers.
     pub tiers: TierFaults,
+    /// How long each SIGTERM of a rolling restart took to end its
+    /// server, in order.
+    pub sigterms: Vec<Duration>,
+    /// Of them, how many reached [`GRACE`] and were SIGKILLed.
+    pub sigterms_at_grace: usize,
 }
+
+/// A pod's terminationGracePeriodSeconds by default: a SIGTERM'd server
+/// still running then is killed.
+pub const GRACE: Duration = Duration::from_secs(30);
 
 /// What a run did and found.
 #[derive(Debug)]
@@ -135,6 +149,10 @@ pub struct Report {
     /// How long it took.
     pub elapsed: Duration,
 }
+
+/// A slow reader's pause after each event (ms): slower than the writers,
+/// so that it falls behind and is cut off.
+const SLOW_READ_MS: (u64, u64) = (5, 40);
 
 /// How many violations a report prints in full.
 const SHOWN: usize = 25;
@@ -179,6 +197,22 @@ impl fmt::Display for Report {
         if let Some(tiers) = &self.tiers {
             writeln!(f, "tiers: {tiers}")?;
             writeln!(f, "tier faults: {}", self.faults.tiers)?;
+        }
+        if !self.faults.sigterms.is_empty() {
+            let slowest = self
+                .faults
+                .sigterms
+                .iter()
+                .max()
+                .copied()
+                .unwrap_or_default();
+            writeln!(
+                f,
+                "rolling restarts: {} SIGTERMs, {} reached the {GRACE:?} grace, slowest {slowest:.1?}, each {:.1?}",
+                self.faults.sigterms.len(),
+                self.faults.sigterms_at_grace,
+                self.faults.sigterms
+            )?;
         }
         let mut by: std::collections::BTreeMap<
             Guarantee,
@@ -261,6 +295,14 @@ pub async fn run(plan: &Plan, binary: &Path) -> Result<Report> {
     } else {
         None
     };
+    // A replica starts again from the other's snapshot and history, as the
+    // chart's replicas do: through the other's stable address if it has
+    // one, else (set at each restart) where it listens then.
+    if let Some(tiers) = &tiers {
+        for (i, replica) in servers[..PARENTS].iter_mut().enumerate() {
+            replica.bootstrap_from = Some(tiers.service(PARENTS - 1 - i));
+        }
+    }
     let addresses: subscriber::Addresses =
         Arc::new(RwLock::new(servers.iter().map(|r| r.addr).collect()));
 
@@ -441,6 +483,7 @@ pub fn behaviours(plan: &Plan, namespaces: &[String], servers: usize) -> Vec<Beh
                 },
                 max_connections: plan.max_connections,
                 hang_up_ms: plan.hang_up_ms,
+                slow_read_ms: SLOW_READ_MS,
             }
         })
         .collect()
@@ -466,8 +509,12 @@ impl Cluster<'_> {
         let rounds = plan
             .apiserver_restarts
             .max(plan.replica_kills)
-            .max(plan.leaf_kills);
-        let steps = plan.apiserver_restarts + plan.replica_kills + plan.leaf_kills;
+            .max(plan.leaf_kills)
+            .max(plan.rolling_restarts);
+        let steps = plan.apiserver_restarts
+            + plan.replica_kills
+            + plan.leaf_kills
+            + plan.rolling_restarts * self.servers.len();
         let spacing = plan.min_changes / (steps + 1);
         for round in 0..rounds {
             if round < plan.apiserver_restarts {
@@ -489,6 +536,12 @@ impl Cluster<'_> {
                 // one leaf.
                 let leaf = self.servers.len() - 1 - round % 2;
                 self.kill_leaf(leaf, plan).await?;
+            }
+            if round < plan.rolling_restarts {
+                for i in 0..self.servers.len() {
+                    self.changes(spacing).await?;
+                    self.sigterm(i).await?;
+                }
             }
         }
         self.truth
@@ -556,11 +609,19 @@ impl Cluster<'_> {
             }
         }
         self.restart_after(i, plan).await?;
-        if let Some(tiers) = self.tiers {
-            tiers.parent_restarted(i, self.servers[i].addr);
-        }
         self.faults.replica_kills += 1;
         Ok(())
+    }
+
+    /// SIGTERM of server `i` (SIGKILL if it outlives [`GRACE`]), measured,
+    /// then its restart on a new port at once, as a rolling update
+    /// replaces a pod; a parent's leaves move to the other meanwhile.
+    async fn sigterm(&mut self, i: usize) -> Result<()> {
+        tracing::info!("fault: SIGTERM {}", self.servers[i].name);
+        let stopped = self.servers[i].stop(GRACE).await?;
+        self.faults.sigterms.push(stopped.took);
+        self.faults.sigterms_at_grace += usize::from(stopped.killed);
+        self.restart(i).await
     }
 
     /// kill -9 of leaf `i`, writes meanwhile, and its restart on a new
@@ -579,8 +640,22 @@ impl Cluster<'_> {
     /// plan's changes while it was down, and tells the subscribers.
     async fn restart_after(&mut self, i: usize, plan: &Plan) -> Result<()> {
         self.changes(plan.changes_while_down).await?;
+        self.restart(i).await
+    }
+
+    /// Starts the stopped server `i` again (a replica from the other's
+    /// snapshot and history) and tells the subscribers and the leaves.
+    async fn restart(&mut self, i: usize) -> Result<()> {
+        if i < PARENTS && self.tiers.is_none() {
+            self.servers[i].bootstrap_from = Some(self.servers[PARENTS - 1 - i].addr);
+        }
         self.servers[i].restart().await?;
         self.addresses.write().expect("addresses")[i] = self.servers[i].addr;
+        if i < PARENTS
+            && let Some(tiers) = self.tiers
+        {
+            tiers.parent_restarted(i, self.servers[i].addr);
+        }
         Ok(())
     }
 }

@@ -36,7 +36,21 @@ pub struct Replica {
     child: Option<Child>,
     /// Where it listens now.
     pub addr: SocketAddr,
+    /// Where it serves its metrics now.
+    pub metrics_addr: SocketAddr,
+    /// The peer it takes its first snapshot (and history) from when it
+    /// starts again (`--bootstrap-from`), if any.
+    pub bootstrap_from: Option<SocketAddr>,
     starts: u32,
+}
+
+/// How a SIGTERM'd replica went.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopped {
+    /// From the signal to its exit, or to the SIGKILL at the grace.
+    pub took: Duration,
+    /// Whether it outlived the grace and was killed.
+    pub killed: bool,
 }
 
 impl Replica {
@@ -57,6 +71,8 @@ impl Replica {
             dir: dir.to_owned(),
             child: None,
             addr: "127.0.0.1:0".parse()?,
+            metrics_addr: "127.0.0.1:0".parse()?,
+            bootstrap_from: None,
             starts: 0,
         };
         replica.restart().await?;
@@ -90,12 +106,27 @@ impl Replica {
         }
     }
 
+    /// Sends SIGTERM as the kubelet does at a pod's deletion, and SIGKILL
+    /// if it outlives `grace` (the pod's terminationGracePeriodSeconds).
+    pub async fn stop(&mut self, grace: Duration) -> Result<Stopped> {
+        let child = self.child.take().context("not running")?;
+        let sent = tokio::time::Instant::now();
+        let exit = terminate(child, grace).await?;
+        if let Some(exit) = exit {
+            anyhow::ensure!(exit.success(), "replica {} exited with {exit}", self.name);
+        }
+        Ok(Stopped {
+            took: sent.elapsed(),
+            killed: exit.is_none(),
+        })
+    }
+
     /// Starts the process (again) on fresh ports and waits until synced.
     pub async fn restart(&mut self) -> Result<()> {
         self.kill().await?;
         self.starts += 1;
         self.addr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let metrics = format!("127.0.0.1:{}", free_port()?);
+        self.metrics_addr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let on_demand = self
             .flags
             .iter()
@@ -103,7 +134,7 @@ impl Replica {
         let mut args = vec![
             format!("--kubeconfig={}", self.kubeconfig.display()),
             format!("--listen={}", self.addr),
-            format!("--metrics-listen={metrics}"),
+            format!("--metrics-listen={}", self.metrics_addr),
             // Loopback, raw subscribers without credentials: the contract is
             // under test here, authorization in tests/tests/auth.rs.
             "--auth=none".to_owned(),
@@ -113,6 +144,9 @@ impl Replica {
             args.push("--resource=v1/configmaps".to_owned());
         }
         args.extend(self.flags.iter().cloned());
+        if let Some(peer) = self.bootstrap_from {
+            args.push(format!("--bootstrap-from=http://{peer}"));
+        }
         self.child = Some(spawn(self.binary.clone(), &args, &self.log_path())?);
         self.wait_synced()
             .await

@@ -109,6 +109,8 @@ pub struct Behaviour {
     pub max_connections: usize,
     /// Hang up after a random time in this range (ms).
     pub hang_up_ms: (u64, u64),
+    /// A slow reader's pause after each event, drawn in this range (ms).
+    pub slow_read_ms: (u64, u64),
 }
 
 /// Where the subscriber goes next.
@@ -320,7 +322,8 @@ async fn live(
                     // does not reach the final RV shows a stall, not its
                     // own reading rate.
                     if b.slow && done.borrow().is_none() {
-                        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+                        let (min, max) = b.slow_read_ms;
+                        tokio::time::sleep(Duration::from_millis(rng.random_range(min..max))).await;
                     }
                 }
             }

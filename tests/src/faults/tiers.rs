@@ -60,6 +60,11 @@ impl Tiers {
         Ok(tiers)
     }
 
+    /// The stable address in front of `parent`.
+    pub fn service(&self, parent: usize) -> SocketAddr {
+        self.services[parent].addr
+    }
+
     /// Sends the leaves' new connections to `parent` at `addr`, where it
     /// listens since its restart.
     pub fn parent_restarted(&self, parent: usize, addr: SocketAddr) {
