@@ -5,8 +5,9 @@
 //! helm ([`helm`]), the randomized fault test of the Watch contract
 //! ([`faults`]) with a stand-in for a Service in front of restarting
 //! servers ([`forwarder`]), and the check that a watching client printed
-//! every change once, in order ([`changes`]), and the metrics reference page
-//! rendered from servers' expositions ([`metrics_reference`]).
+//! every change once, in order ([`changes`]), the metrics reference page
+//! rendered from servers' expositions ([`metrics_reference`]), and Tables
+//! (`as=Table`) of the API server beside kube-fanout-printers' ([`tables`]).
 
 pub mod changes;
 pub mod clients;
@@ -23,6 +24,7 @@ pub mod process;
 pub mod proxy;
 pub mod rbac;
 pub mod support;
+pub mod tables;
 
 /// Sends the tests' and kube-fanout's logs to the test output (shown for
 /// failing tests); `RUST_LOG` picks the level, `info` by default (without
