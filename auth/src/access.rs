@@ -19,6 +19,7 @@ use crate::{
     audit,
     authn::Authenticator,
     authz::Authorizer,
+    bearer::Ignored,
     credential::{Credential, Presented},
     error::AuthError,
     identity::Identity,
@@ -72,7 +73,7 @@ impl Access {
         // Without the layer there is no identity: refuse rather than guess.
         let identity = extensions
             .get::<Identity>()
-            .ok_or(AuthError::MissingCredentials)?;
+            .ok_or(AuthError::MissingCredentials(Ignored::Absent))?;
         let source = extensions
             .get::<ConnInfo>()
             .and_then(|c| c.remote_addr)

@@ -4,28 +4,31 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{attributes::Attributes, quote::quote, x509};
+use kube_fanout_x509::verify::VerifyError;
+
+use crate::{attributes::Attributes, bearer::Ignored, forbidden, x509};
 
 /// Why a caller was turned away.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthError {
-    /// No bearer token and no verified client certificate.
+    /// No bearer token (the header absent, or of a form the API server
+    /// ignores) and no verified client certificate.
     #[error(
-        "no credentials: send a bearer token in the authorization header (`authorization: Bearer <token>`) or a client certificate"
+        "no credentials ({0}, and ignored as the API server ignores it): send a bearer token in the authorization header (`authorization: Bearer <token>`) or a client certificate"
     )]
-    MissingCredentials,
-    /// A client certificate the API server would refuse (its TLS handshake
-    /// fails there): refused whatever else the request carries.
-    #[error("the client certificate is refused, as the API server refuses it: {0}")]
-    CertificateRefused(#[from] x509::CertificateError),
+    MissingCredentials(#[from] Ignored),
+    /// A client certificate that does not verify against the client CA
+    /// (as the API server's x509 authenticator verifies it), and no bearer
+    /// token to fall back on.
+    #[error(
+        "the client certificate does not verify, as the API server verifies it ({0}), and no bearer token was sent"
+    )]
+    CertificateNotVerified(#[from] VerifyError),
     /// A client certificate that names no user, and no bearer token.
     #[error(
         "the client certificate names no user ({0}), as the API server reads it, and no bearer token was sent"
     )]
     CertificateWithoutUser(x509::NoUser),
-    /// An authorization header that is not `Bearer <token>`.
-    #[error("the authorization header is not of the form `Bearer <token>`")]
-    MalformedHeader,
     /// An authorization header too large to be a token.
     #[error("the authorization header is {size} bytes; at most {max} are accepted")]
     HeaderTooLarge {
@@ -44,9 +47,6 @@ pub enum AuthError {
     /// The token now names another user than the watch was opened for.
     #[error("the bearer token this watch was opened with now names another identity")]
     IdentityChanged,
-    /// A verified client certificate whose notAfter cannot be read.
-    #[error("the client certificate's validity (notAfter) cannot be read")]
-    CertificateUnreadable,
     /// The client certificate's validity ended.
     #[error("the client certificate expired at {} (its notAfter)", fmt_time(*.0))]
     CertificateExpired(SystemTime),
@@ -70,7 +70,7 @@ pub enum AuthError {
     #[error("{0}")]
     ShutOut(#[from] kube_fanout_listener::failures::ShutOut),
     /// The API server answered no.
-    #[error("user {} may not {attributes}{}", kube_fanout_core::quote::quote(.user), reason_suffix(.reason))]
+    #[error("{}", forbidden::resource(.user, .attributes, .reason))]
     Denied {
         /// Who asked.
         user: String,
@@ -80,7 +80,7 @@ pub enum AuthError {
         reason: String,
     },
     /// The API server answered no for a non-resource URL (`/metrics`).
-    #[error("user {user:?} may not {verb} {path}{}", reason_suffix(.reason))]
+    #[error("{}", forbidden::path(.user, .verb, .path, .reason))]
     NonResourceDenied {
         /// Who asked.
         user: String,
@@ -121,13 +121,11 @@ impl AuthError {
     /// new failure.
     pub fn is_callers_failure(&self) -> bool {
         match self {
-            AuthError::MissingCredentials
-            | AuthError::CertificateRefused(_)
+            AuthError::MissingCredentials(_)
+            | AuthError::CertificateNotVerified(_)
             | AuthError::CertificateWithoutUser(_)
-            | AuthError::MalformedHeader
             | AuthError::HeaderTooLarge { .. }
             | AuthError::InvalidToken(_)
-            | AuthError::CertificateUnreadable
             | AuthError::CertificateExpired(_)
             | AuthError::Throttled { .. } => true,
             AuthError::TokenRevoked(_)
@@ -147,14 +145,6 @@ pub(crate) fn fmt_time(at: SystemTime) -> String {
     match at.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(since) => format!("{}s after the Unix epoch", since.as_secs()),
         Err(_) => "a time before the Unix epoch".to_owned(),
-    }
-}
-
-fn reason_suffix(reason: &str) -> String {
-    if reason.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", quote(reason))
     }
 }
 

@@ -13,8 +13,8 @@ use http::{HeaderMap, StatusCode};
 use tonic::{Code, Status};
 
 use crate::{
-    authn::Authenticator, authz::NonResourceAuthorizer, error::AuthError, identity::Identity,
-    layer::bearer_token, reviews::NonResourceAttributes,
+    authn::Authenticator, authz::NonResourceAuthorizer, bearer::bearer_token, error::AuthError,
+    identity::Identity, reviews::NonResourceAttributes,
 };
 
 /// Checks HTTP requests' bearer tokens and their access to a path.
@@ -40,7 +40,7 @@ impl HttpAccess {
         headers: &HeaderMap,
         attributes: NonResourceAttributes,
     ) -> Result<Identity, AuthError> {
-        let token = bearer_token(headers)?;
+        let token = bearer_token(headers)?.map_err(AuthError::MissingCredentials)?;
         // The scraper's address is not known here: only the total bound
         // applies to its token's review.
         let identity = self.authenticator.authenticate(token, None).await?.identity;
@@ -175,7 +175,10 @@ mod tests {
         assert_eq!(http_status(&bad), StatusCode::UNAUTHORIZED, "{bad}");
         let denied = access.check(&bearer("other"), METRICS).await.unwrap_err();
         assert_eq!(http_status(&denied), StatusCode::FORBIDDEN, "{denied}");
-        assert_eq!(denied.to_string(), r#"user "mallory" may not get /metrics"#);
+        assert_eq!(
+            denied.to_string(),
+            r#"forbidden: User "mallory" cannot get path "/metrics""#
+        );
         let unavailable = AuthError::Unavailable {
             review: "TokenReview",
             message: "connection refused".into(),

@@ -1,6 +1,8 @@
 //! The tower layer in front of every gRPC service: it finds out who is
-//! calling (a verified client certificate mapped as the API server maps it,
-//! see [`super::x509`], else a bearer token checked with TokenReview) and
+//! calling (a client certificate verified and mapped as the API server
+//! verifies and maps it, see [`super::x509`], else a bearer token checked
+//! with TokenReview, the header read as the API server reads it, see
+//! [`super::bearer`]) and
 //! puts the [`Identity`] into the request's
 //! extensions, where [`Access::authorize`](crate::access::Access::authorize) finds
 //! it. A request it cannot authenticate never reaches a service. Health
@@ -15,27 +17,24 @@ use std::{
     net::IpAddr,
     sync::Arc,
     task::{Context, Poll},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use futures::future::BoxFuture;
-use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
+use http::{HeaderMap, Request, Response};
 use tonic::Status;
 use tower::{Layer, Service};
 
 use crate::{
     authn::Authenticator,
-    credential::{self, Credential, Presented, instant_of},
+    bearer::bearer_token,
+    credential::{Credential, Presented, instant_of},
     error::AuthError,
     identity::Identity,
-    x509::{CertificateUser, NoUser, certificate_user},
+    x509::{CertificateUser, NoUser, user_of},
 };
-use kube_fanout_listener::conn::ConnInfo;
-
-/// The largest authorization header looked at. Service-account tokens are
-/// about 1 KiB; a header this large is no token, and reviewing it would
-/// only cost the API server.
-pub const MAX_AUTHORIZATION_BYTES: usize = 8 * 1024;
+use kube_fanout_listener::{conn::ConnInfo, tls::ClientCa};
+use kube_fanout_x509::verify::VerifyError;
 
 /// gRPC methods served without credentials: the health Check alone. A
 /// Check is one unary call that ends at once; the kubelet's gRPC probe
@@ -54,12 +53,25 @@ const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check"];
 #[derive(Debug, Clone)]
 pub struct AuthenticateLayer {
     authenticator: Arc<Authenticator>,
+    client_ca: Option<Arc<ClientCa>>,
 }
 
 impl AuthenticateLayer {
-    /// Authenticates bearer tokens with `authenticator`.
+    /// Authenticates bearer tokens with `authenticator` (and no client
+    /// certificates).
     pub fn new(authenticator: Arc<Authenticator>) -> Self {
-        AuthenticateLayer { authenticator }
+        AuthenticateLayer {
+            authenticator,
+            client_ca: None,
+        }
+    }
+
+    /// Authenticates client certificates too, verified against `client_ca`.
+    pub fn with_client_ca(self, client_ca: Arc<ClientCa>) -> Self {
+        AuthenticateLayer {
+            client_ca: Some(client_ca),
+            ..self
+        }
     }
 
     /// What its authenticator counts, for the metrics registry.
@@ -75,6 +87,7 @@ impl<S> Layer<S> for AuthenticateLayer {
         Authenticate {
             inner,
             authenticator: self.authenticator.clone(),
+            client_ca: self.client_ca.clone(),
         }
     }
 }
@@ -84,6 +97,7 @@ impl<S> Layer<S> for AuthenticateLayer {
 pub struct Authenticate<S> {
     inner: S,
     authenticator: Arc<Authenticator>,
+    client_ca: Option<Arc<ClientCa>>,
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Authenticate<S>
@@ -106,6 +120,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let authenticator = self.authenticator.clone();
+        let client_ca = self.client_ca.clone();
         Box::pin(async move {
             let path = request.uri().path();
             if OPEN_METHODS.contains(&path) {
@@ -118,18 +133,14 @@ where
                 return Ok(Status::from(AuthError::from(out)).into_http());
             }
             let source = conn.and_then(|c| c.remote_addr).map(|a| a.ip());
-            let certificate = conn.and_then(|c| c.peer_certificate.as_deref());
             let headers = request.headers();
-            let identity = match certificate.map(|der| (certificate_user(der), der)) {
-                // As the API server: a certificate's user comes first, and a
-                // certificate it cannot parse fails (there, the handshake).
-                Some((Ok(CertificateUser::User(identity)), der)) => {
-                    certificate_credential(credential::not_after(der))
-                        .map(|presented| (identity, presented))
-                }
-                Some((Err(err), _)) => Err(AuthError::from(err)),
-                Some((Ok(CertificateUser::NoUser(why)), _)) => {
-                    token_identity(&authenticator, headers, source, Some(why)).await
+            // As the API server's authenticators, in its order: the
+            // certificate's user if it verifies and names one, else the
+            // bearer token.
+            let identity = match certificate_identity(conn, client_ca.as_deref()) {
+                Some(Ok(found)) => Ok(found),
+                Some(Err(failed)) => {
+                    token_identity(&authenticator, headers, source, Some(failed)).await
                 }
                 None => token_identity(&authenticator, headers, source, None).await,
             };
@@ -157,16 +168,55 @@ where
     }
 }
 
+/// Why a client certificate did not authenticate a request.
+#[derive(Debug)]
+enum CertificateFailure {
+    /// It verified and names no user.
+    NoUser(NoUser),
+    /// It does not verify against the client CA.
+    NotVerified(VerifyError),
+}
+
+/// The user of the client certificate of `conn`, verified now against
+/// `client_ca` as the API server's x509 authenticator verifies it, and
+/// its credential (until the earliest notAfter of its chain); `None`
+/// without a certificate (or without a client CA, which asks for none).
+fn certificate_identity(
+    conn: Option<&ConnInfo>,
+    client_ca: Option<&ClientCa>,
+) -> Option<Result<(Identity, Presented), CertificateFailure>> {
+    let certificates = conn?.client_certificates.as_ref()?;
+    let chain = match certificates.verify(client_ca?, SystemTime::now()) {
+        Ok(chain) => chain,
+        Err(err) => return Some(Err(CertificateFailure::NotVerified(err))),
+    };
+    Some(match user_of(certificates.leaf()) {
+        CertificateUser::User(identity) => {
+            let not_after = chain.iter().map(|c| c.not_after).min().unwrap_or_default();
+            let not_after = u64::try_from(not_after)
+                .ok()
+                .and_then(|s| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(s)))
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let presented = Presented {
+                credential: Credential::Certificate { not_after },
+                expires: instant_of(not_after),
+            };
+            Ok((identity, presented))
+        }
+        CertificateUser::NoUser(why) => Err(CertificateFailure::NoUser(why)),
+    })
+}
+
 /// Who holds the request's bearer token (sent from `source`), and the
 /// token to re-check an open watch with; without one, the error says why
-/// the certificate (if any) named no user either.
+/// the certificate (if any) did not authenticate the request either.
 async fn token_identity(
     authenticator: &Authenticator,
     headers: &HeaderMap,
     source: Option<IpAddr>,
-    certificate: Option<NoUser>,
+    certificate: Option<CertificateFailure>,
 ) -> Result<(Identity, Presented), AuthError> {
-    match (bearer_token(headers), certificate) {
+    match (bearer_token(headers)?, certificate) {
         (Ok(token), _) => {
             let accepted = authenticator.authenticate(token, source).await?;
             let presented = Presented {
@@ -175,73 +225,12 @@ async fn token_identity(
             };
             Ok((accepted.identity, presented))
         }
-        (Err(AuthError::MissingCredentials), Some(why)) => {
+        (Err(_), Some(CertificateFailure::NoUser(why))) => {
             Err(AuthError::CertificateWithoutUser(why))
         }
-        (Err(err), _) => Err(err),
-    }
-}
-
-/// A verified certificate's credential, until its notAfter (rustls checked
-/// it at the handshake; a connection outlives it, its requests do not).
-fn certificate_credential(not_after: Option<SystemTime>) -> Result<Presented, AuthError> {
-    let not_after = not_after.ok_or(AuthError::CertificateUnreadable)?;
-    if not_after <= SystemTime::now() {
-        return Err(AuthError::CertificateExpired(not_after));
-    }
-    Ok(Presented {
-        credential: Credential::Certificate { not_after },
-        expires: instant_of(not_after),
-    })
-}
-
-/// The bearer token of the authorization header.
-pub(super) fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
-    let header = headers
-        .get(AUTHORIZATION)
-        .ok_or(AuthError::MissingCredentials)?;
-    if header.len() > MAX_AUTHORIZATION_BYTES {
-        return Err(AuthError::HeaderTooLarge {
-            size: header.len(),
-            max: MAX_AUTHORIZATION_BYTES,
-        });
-    }
-    let value = header.to_str().map_err(|_| AuthError::MalformedHeader)?;
-    // The scheme is case-insensitive (RFC 7235), as the API server reads it.
-    let (scheme, token) = value.split_once(' ').ok_or(AuthError::MalformedHeader)?;
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return Err(AuthError::MalformedHeader);
-    }
-    Ok(token)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(value: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(AUTHORIZATION, value.parse().unwrap());
-        headers
-    }
-
-    #[test]
-    fn a_bearer_token_is_read_and_anything_else_refused() {
-        assert_eq!(bearer_token(&headers("Bearer abc")).unwrap(), "abc");
-        assert_eq!(bearer_token(&headers("bearer  abc ")).unwrap(), "abc");
-        for bad in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer ", "abc"] {
-            let err = bearer_token(&headers(bad)).unwrap_err();
-            assert!(matches!(err, AuthError::MalformedHeader), "{bad}: {err}");
+        (Err(_), Some(CertificateFailure::NotVerified(err))) => {
+            Err(AuthError::CertificateNotVerified(err))
         }
-        let err = bearer_token(&HeaderMap::new()).unwrap_err();
-        assert!(matches!(err, AuthError::MissingCredentials), "{err}");
-        let huge = format!("Bearer {}", "x".repeat(MAX_AUTHORIZATION_BYTES));
-        let err = bearer_token(&headers(&huge)).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains(&format!("is {} bytes", MAX_AUTHORIZATION_BYTES + 7)),
-            "{err}"
-        );
+        (Err(ignored), None) => Err(AuthError::MissingCredentials(ignored)),
     }
 }

@@ -26,6 +26,7 @@ mod attributes;
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod bearer;
 pub mod budget;
 mod cache;
 mod counters;
@@ -33,6 +34,7 @@ mod credential;
 mod error;
 #[cfg(test)]
 mod fakes;
+mod forbidden;
 pub mod http_access;
 mod identity;
 pub mod layer;

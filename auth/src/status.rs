@@ -12,19 +12,32 @@ impl From<AuthError> for Status {
     fn from(err: AuthError) -> Self {
         let message = err.to_string();
         match err {
-            AuthError::MissingCredentials
-            | AuthError::CertificateRefused(_)
+            AuthError::MissingCredentials(_)
+            | AuthError::CertificateNotVerified(_)
             | AuthError::CertificateWithoutUser(_)
-            | AuthError::MalformedHeader
             | AuthError::HeaderTooLarge { .. }
             | AuthError::InvalidToken(_)
             | AuthError::TokenRevoked(_)
             | AuthError::IdentityChanged
-            | AuthError::CertificateUnreadable
             | AuthError::CertificateExpired(_) => Status::unauthenticated(message),
-            AuthError::Denied { .. } | AuthError::NonResourceDenied { .. } => {
-                Status::permission_denied(message)
+            AuthError::Denied { attributes, .. } => {
+                let metadata: std::collections::HashMap<String, String> = [
+                    ("group".to_owned(), attributes.group.clone()),
+                    ("resource".to_owned(), attributes.resource.clone()),
+                    ("name".to_owned(), attributes.name.clone()),
+                ]
+                .into();
+                Status::with_error_details(
+                    Code::PermissionDenied,
+                    message,
+                    ErrorDetails::with_error_info(
+                        kube_fanout_proto::FORBIDDEN,
+                        kube_fanout_proto::ERROR_DOMAIN,
+                        metadata,
+                    ),
+                )
             }
+            AuthError::NonResourceDenied { .. } => Status::permission_denied(message),
             // Cheaper than a review: refused at once, told when to retry.
             // The caller's own bound is its quota; the total one is the
             // server's load.

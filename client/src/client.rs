@@ -165,6 +165,7 @@ impl Client {
             .grpc
             .list_resources(ListResourcesRequest {
                 namespace: namespace.to_owned(),
+                resource: None,
             })
             .await?
             .into_inner())

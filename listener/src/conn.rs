@@ -16,7 +16,6 @@ use std::{
 };
 
 use futures::FutureExt;
-use rustls_pki_types::CertificateDer;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::TcpStream,
@@ -30,6 +29,7 @@ use tracing::debug;
 use crate::{
     connections::Slot,
     drain::{ConnDrain, Requests},
+    peer::PeerCertificates,
     retire::MaxConnectionAge,
     standing::Standing,
 };
@@ -176,9 +176,10 @@ pub(crate) type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 pub struct ConnInfo {
     /// The client's address.
     pub remote_addr: Option<SocketAddr>,
-    /// The client's certificate (the leaf, DER), present only when
-    /// verified against the client CA.
-    pub peer_certificate: Option<Arc<CertificateDer<'static>>>,
+    /// The certificates the client presented (with a client CA), taken
+    /// as the API server's handshake takes them and not yet verified:
+    /// the authentication layer verifies them per request.
+    pub client_certificates: Option<Arc<PeerCertificates>>,
     /// When the connection's watches end, with a maximum connection age
     /// (see [`crate::retire`]).
     pub retire_at: Option<Instant>,
@@ -205,7 +206,7 @@ impl Connected for Conn {
         match &self.io {
             Either::Left(tcp) => ConnInfo {
                 remote_addr: tcp.peer_addr().ok(),
-                peer_certificate: None,
+                client_certificates: None,
                 retire_at,
                 standing,
                 requests,
@@ -214,11 +215,18 @@ impl Connected for Conn {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
                     remote_addr: tcp.peer_addr().ok(),
-                    // Only present when verified against the client CA.
-                    peer_certificate: session
+                    // Parsed again: the handshake's verifier took them
+                    // (see crate::tls), and keeps nothing.
+                    client_certificates: session
                         .peer_certificates()
-                        .and_then(|chain| chain.first())
-                        .map(|leaf| Arc::new(leaf.clone().into_owned())),
+                        .and_then(|chain| {
+                            kube_fanout_x509::handshake::client_chain(
+                                chain.iter().map(|c| c.as_ref()),
+                            )
+                            .ok()
+                        })
+                        .and_then(PeerCertificates::new)
+                        .map(Arc::new),
                     retire_at,
                     standing,
                     requests,

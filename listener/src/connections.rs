@@ -69,7 +69,7 @@ impl Default for ConnectionLimits {
     /// `--max-watches-per-caller` allows one caller, so a client with
     /// every watch on one connection never has one queued); 16 KiB of headers
     /// (hyper's default, twice the largest authorization header looked at,
-    /// `kube_fanout_auth::layer::MAX_AUTHORIZATION_BYTES`); a 10 s handshake
+    /// `kube_fanout_auth::bearer::MAX_AUTHORIZATION_BYTES`); a 10 s handshake
     /// (client-go's own TLS handshake timeout); 10,000 connections (about
     /// 320 MiB of idle connection buffers), 100 from one source (a client
     /// needs one: gRPC multiplexes its calls); 30 s to authenticate;

@@ -14,9 +14,9 @@
 //! and `source`; `requests` on `conn` and `drain`; `conn` on `connections`,
 //! `drain`, `standing` and `retire`; `connections` on `standing`, `gate`,
 //! `failures` and `source`; `standing` on `failures` and `source`; `failures` on `clock`
-//! and `source`; `tls` on `reload`.
+//! and `source`; `tls` on `reload`; `peer` on `tls`.
 //!
-//! It sits on tonic's transport and rustls only; auth sits on it (for
+//! It sits on tonic's transport, rustls and kube-fanout-x509 only; auth sits on it (for
 //! [`conn::ConnInfo`]), never the other way round.
 
 pub mod accept;
@@ -27,6 +27,7 @@ pub mod drain;
 pub mod failures;
 mod gate;
 pub mod keepalive;
+pub mod peer;
 mod reload;
 pub mod requests;
 pub mod retire;

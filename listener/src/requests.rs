@@ -143,7 +143,7 @@ mod tests {
     fn conn_info(requests: &Requests) -> ConnInfo {
         ConnInfo {
             remote_addr: None,
-            peer_certificate: None,
+            client_certificates: None,
             retire_at: None,
             standing: crate::standing::Standing::new(
                 None,

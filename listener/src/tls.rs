@@ -1,28 +1,33 @@
 //! TLS on the gRPC and metrics listeners: the serving certificate and the
 //! client CA are read again when their files change ([`crate::reload`]:
-//! checked at each handshake, so rotation needs no restart and open
-//! connections are untouched, as Kubernetes components do); the optional
-//! client CA verifies client certificates, which go to the gRPC layers as
-//! they are (DER, in [`crate::conn::ConnInfo`]), for the auth crate to map
-//! to a user (`kube_fanout_auth::x509`). The handshake itself runs in the
-//! accept loop ([`crate::accept`]).
+//! checked at each use, so rotation needs no restart and open connections
+//! are untouched, as Kubernetes components do). With a client CA, client
+//! certificates are asked for as the API server asks (taken at the
+//! handshake if Go would take them, verified per request against the
+//! [`ClientCa`] by the auth crate, which maps them to a user,
+//! `kube_fanout_auth::x509`); they go to the gRPC layers parsed, in
+//! [`crate::conn::ConnInfo`]. The handshake itself runs in the accept
+//! loop ([`crate::accept`]).
 
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
 };
 
+use kube_fanout_x509::Pool;
 use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+    CertificateError, DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme,
     client::danger::HandshakeSignatureValid,
-    crypto::CryptoProvider,
+    crypto::{CryptoProvider, WebPkiSupportedAlgorithms},
     server::{
-        ClientHello, ResolvesServerCert, WebPkiClientVerifier,
+        ClientHello, ResolvesServerCert,
         danger::{ClientCertVerified, ClientCertVerifier},
     },
     sign::CertifiedKey,
 };
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime, pem::PemObject};
+use rustls_pki_types::{
+    CertificateDer, PrivateKeyDer, SubjectPublicKeyInfoDer, UnixTime, pem::PemObject,
+};
 use tokio_rustls::TlsAcceptor;
 
 use crate::reload::Reloading;
@@ -62,13 +67,14 @@ pub enum TlsError {
         /// Why.
         source: rustls::Error,
     },
-    /// The client CA bundle holds no usable CA.
+    /// A certificate in the client CA bundle that Go (and so the API
+    /// server) cannot parse.
     #[error("client CA {}: {source}", path.display())]
     ClientCa {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: rustls::server::VerifierBuilderError,
+        source: kube_fanout_x509::ParseError,
     },
 }
 
@@ -134,41 +140,70 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
-/// Verifies client certificates against the client CA bundle, read again
-/// when the file changes, so a CA rotation needs no restart either. A
-/// certificate is optional: a bearer token will do as well. No CA names
-/// are hinted to clients (they may not match the reloaded bundle).
+/// The client CA bundle, read again when its file changes (a CA rotation
+/// needs no restart), as the API server reads `--client-ca-file`: every
+/// certificate in it must parse as Go parses certificates, and a
+/// replacement that does not keeps the previous bundle in service.
 #[derive(Debug)]
-pub struct ReloadingClientVerifier(Reloading<Arc<dyn ClientCertVerifier>, TlsError>);
+pub struct ClientCa(Reloading<Arc<Pool>, TlsError>);
 
-impl ReloadingClientVerifier {
-    /// Loads the bundle; fails if it holds no usable CA.
-    pub fn new(path: &Path, provider: Arc<CryptoProvider>) -> Result<Self, TlsError> {
+impl ClientCa {
+    /// Loads the bundle; fails if it holds no certificate or one that Go
+    /// cannot parse.
+    pub fn new(path: &Path) -> Result<Self, TlsError> {
         let path = path.to_owned();
-        Ok(ReloadingClientVerifier(Reloading::new(
+        Ok(ClientCa(Reloading::new(
             "client CA",
             vec![path.clone()],
-            move || Self::load(&path, &provider),
+            move || Self::load(&path),
         )?))
     }
 
-    fn load(
-        path: &Path,
-        provider: &Arc<CryptoProvider>,
-    ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-        let mut roots = RootCertStore::empty();
-        roots.add_parsable_certificates(certificates(path)?);
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .map_err(|source| TlsError::ClientCa {
-                path: path.to_owned(),
-                source,
-            })
+    fn load(path: &Path) -> Result<Arc<Pool>, TlsError> {
+        let mut pool = Pool::default();
+        for der in certificates(path)? {
+            let parsed = kube_fanout_x509::certificate::parse(&der).map_err(|source| {
+                TlsError::ClientCa {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
+            pool.add(Arc::new(parsed));
+        }
+        Ok(Arc::new(pool))
+    }
+
+    /// The bundle now, read again first if its file changed.
+    pub fn current(&self) -> Arc<Pool> {
+        self.0.current()
     }
 }
 
-impl ClientCertVerifier for ReloadingClientVerifier {
+/// Asks for client certificates without requiring them, and takes those
+/// the API server's TLS handshake takes ([`kube_fanout_x509::handshake`]:
+/// each parses as Go parses it, RSA keys up to 8192 bits, an RSA, ECDSA or
+/// Ed25519 leaf), verified against nothing here: the authentication layer
+/// verifies the chain against the [`ClientCa`] at each request, as the API
+/// server's x509 authenticator does, so that a certificate that does not
+/// verify (expired, from another CA) leaves the request to its bearer
+/// token. The handshake's signature is checked with the leaf's key. No CA
+/// names are hinted to clients.
+#[derive(Debug)]
+struct RequestClientCertificates {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl RequestClientCertificates {
+    /// The leaf's public key, from a certificate that passed
+    /// [`ClientCertVerifier::verify_client_cert`].
+    fn leaf_key(cert: &CertificateDer<'_>) -> Result<Vec<u8>, rustls::Error> {
+        kube_fanout_x509::certificate::parse(cert.as_ref())
+            .map(|c| c.raw_spki)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))
+    }
+}
+
+impl ClientCertVerifier for RequestClientCertificates {
     fn offer_client_auth(&self) -> bool {
         true
     }
@@ -185,11 +220,18 @@ impl ClientCertVerifier for ReloadingClientVerifier {
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.0
-            .current()
-            .verify_client_cert(end_entity, intermediates, now)
+        let chain = std::iter::once(end_entity)
+            .chain(intermediates)
+            .map(|c| c.as_ref());
+        kube_fanout_x509::handshake::client_chain(chain)
+            .map(|_| ClientCertVerified::assertion())
+            .map_err(|err| {
+                rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                    Arc::new(err),
+                )))
+            })
     }
 
     fn verify_tls12_signature(
@@ -198,7 +240,29 @@ impl ClientCertVerifier for ReloadingClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.current().verify_tls12_signature(message, cert, dss)
+        let spki = Self::leaf_key(cert)?;
+        let spki = SubjectPublicKeyInfoDer::from(spki.as_slice());
+        let key = webpki::RawPublicKeyEntity::try_from(&spki)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let candidates = self
+            .algorithms
+            .mapping
+            .iter()
+            .find(|(scheme, _)| *scheme == dss.scheme)
+            .map(|(_, algorithms)| *algorithms)
+            .ok_or(rustls::Error::PeerMisbehaved(
+                rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme,
+            ))?;
+        candidates
+            .iter()
+            .any(|algorithm| {
+                key.verify_signature(*algorithm, message, dss.signature())
+                    .is_ok()
+            })
+            .then(HandshakeSignatureValid::assertion)
+            .ok_or(rustls::Error::InvalidCertificate(
+                CertificateError::BadSignature,
+            ))
     }
 
     fn verify_tls13_signature(
@@ -207,32 +271,38 @@ impl ClientCertVerifier for ReloadingClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.current().verify_tls13_signature(message, cert, dss)
+        let spki = Self::leaf_key(cert)?;
+        rustls::crypto::verify_tls13_signature_with_raw_key(
+            message,
+            &SubjectPublicKeyInfoDer::from(spki.as_slice()),
+            dss,
+            &self.algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.current().supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
 /// A TLS acceptor for `files`: HTTP/2 only (gRPC), the serving certificate
-/// and the client CA reloaded on change, client certificates verified
-/// against the client CA if one is given (and optional, since a bearer
-/// token will do as well).
+/// reloaded on change, client certificates asked for if a client CA is
+/// given (and optional, since a bearer token will do as well; see
+/// [`RequestClientCertificates`]).
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
-    server_config(files, files.client_ca.as_deref(), b"h2")
+    server_config(files, files.client_ca.is_some(), b"h2")
 }
 
 /// A TLS acceptor for the metrics endpoint (HTTP/1.1): the same serving
 /// certificate, reloaded on change, and no client certificates (scrapers
 /// authenticate with a bearer token).
 pub fn metrics_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
-    server_config(files, None, b"http/1.1")
+    server_config(files, false, b"http/1.1")
 }
 
 fn server_config(
     files: &TlsFiles,
-    client_ca: Option<&Path>,
+    request_client_certificates: bool,
     alpn: &[u8],
 ) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -243,12 +313,12 @@ fn server_config(
             key: files.key.clone(),
             source,
         })?;
-    let builder = match client_ca {
-        Some(path) => builder.with_client_cert_verifier(Arc::new(ReloadingClientVerifier::new(
-            path,
-            provider.clone(),
-        )?)),
-        None => builder.with_no_client_auth(),
+    let builder = if request_client_certificates {
+        builder.with_client_cert_verifier(Arc::new(RequestClientCertificates {
+            algorithms: provider.signature_verification_algorithms,
+        }))
+    } else {
+        builder.with_no_client_auth()
     };
     let resolver = ReloadingCertificate::new(&files.cert, &files.key, provider)?;
     let mut config = builder.with_cert_resolver(Arc::new(resolver));

@@ -67,6 +67,12 @@ pub const TOKEN_REVIEWS_THROTTLED: &str = "TokenReviewsThrottled";
 /// has passed.
 pub const AUTHENTICATION_FAILURES_EXCEEDED: &str = "AuthenticationFailuresExceeded";
 
+/// The `ErrorInfo` reason of a call refused by the API server's
+/// authorization (PERMISSION_DENIED, its message in the API server's
+/// words): the metadata names the refused `group`, `resource` and `name`
+/// (empty for none), what the API server's 403 Status details name.
+pub const FORBIDDEN: &str = "Forbidden";
+
 /// Package `kubefanout.v1`: its messages, and with the `grpc` feature its
 /// tonic client and server.
 #[allow(missing_docs, clippy::all)]

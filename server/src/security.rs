@@ -16,7 +16,7 @@ use kube_fanout_auth::{
     limits::CallerLimits,
     reviews::{KubeReviews, ReviewClient},
 };
-use kube_fanout_listener::tls::TlsFiles;
+use kube_fanout_listener::tls::{ClientCa, TlsFiles};
 use kube_fanout_service::list_budget::ListBytesLimits;
 use tracing::warn;
 
@@ -173,9 +173,13 @@ pub(crate) fn secure(
     if security.tls.is_none() {
         warn!(%addr, "bearer tokens are accepted over plaintext: serve TLS (--tls-cert-file) beyond loopback");
     }
+    let mut authenticate = AuthenticateLayer::new(authenticator.clone());
+    if let Some(path) = security.tls.as_ref().and_then(|t| t.client_ca.as_deref()) {
+        authenticate = authenticate.with_client_ca(Arc::new(ClientCa::new(path)?));
+    }
     Ok(Guards {
-        access: Access::checked(Arc::new(authorizer), authenticator.clone()),
-        authenticate: Some(AuthenticateLayer::new(authenticator)),
+        access: Access::checked(Arc::new(authorizer), authenticator),
+        authenticate: Some(authenticate),
         scrapes,
     })
 }

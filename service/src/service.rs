@@ -444,6 +444,18 @@ impl KubeFanout for FanoutService {
         // (cluster-wide when it names none), counted in that namespace.
         let namespace = &request.get_ref().namespace;
         validation::namespace("namespace", namespace).map_err(RequestError::from)?;
+        // One type asked for by name: its refusal is the caller's answer,
+        // as the API server's to a List of it.
+        if let Some(resource) = &request.get_ref().resource {
+            let scope = Scope::listing(resource, namespace)?;
+            self.authorize(request.extensions(), Verb::List, &scope, Default::default)
+                .await?;
+            let in_use = self.start_type(&scope).await?;
+            let status = FanoutService::resource_status(in_use.served(), namespace);
+            return Ok(Response::new(ListResourcesResponse {
+                resources: vec![status],
+            }));
+        }
         let mut resources = Vec::new();
         for served in &self.cache.iter() {
             let gvr = &served.resource().gvr;
@@ -962,6 +974,7 @@ mod tests {
             let service = service.clone();
             let request = Request::new(ListResourcesRequest {
                 namespace: namespace.into(),
+                resource: None,
             });
             async move {
                 let status = KubeFanout::list_resources(&service, request)
@@ -980,6 +993,7 @@ mod tests {
             &service,
             Request::new(ListResourcesRequest {
                 namespace: "x".repeat(64),
+                resource: None,
             }),
         )
         .await

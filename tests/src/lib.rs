@@ -6,9 +6,12 @@
 //! ([`faults`]) with a stand-in for a Service in front of restarting
 //! servers ([`forwarder`]), and the check that a watching client printed
 //! every change once, in order ([`changes`]), the metrics reference page
-//! rendered from servers' expositions ([`metrics_reference`]), and Tables
-//! (`as=Table`) of the API server beside kube-fanout-printers' ([`tables`]).
+//! rendered from servers' expositions ([`metrics_reference`]), Tables
+//! (`as=Table`) of the API server beside kube-fanout-printers' ([`tables`]),
+//! and generated client certificate chains for the differential test
+//! against Go ([`certgen`]).
 
+pub mod certgen;
 pub mod changes;
 pub mod clients;
 pub mod controlplane;

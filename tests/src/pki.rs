@@ -20,6 +20,7 @@ pub struct Ca {
 }
 
 /// A certificate and its key, both PEM.
+#[derive(Debug, Clone)]
 pub struct Pair {
     /// The certificate.
     pub cert: String,
@@ -93,6 +94,21 @@ impl Ca {
     /// string type or bytes. rcgen writes one attribute per type, so the
     /// certificate is put together here and signed with the CA's key.
     pub fn client_with_subject(&self, subject: &[u8]) -> Result<Pair> {
+        let mut serial = rand::random::<[u8; 8]>();
+        serial[0] &= 0x7f;
+        serial[0] |= 0x01;
+        self.client_shaped(
+            subject,
+            &Shape {
+                serial: serial.to_vec(),
+                ..Shape::default()
+            },
+        )
+    }
+
+    /// A client certificate whose subject is `subject` and whose serial
+    /// number, version and validity are `shape`'s.
+    pub fn client_shaped(&self, subject: &[u8], shape: &Shape) -> Result<Pair> {
         use subject::{SEQUENCE, tlv};
         let key = KeyPair::generate()?;
         // The issuer must be the CA's subject byte for byte: rcgen writes
@@ -108,15 +124,16 @@ impl Ca {
             SEQUENCE,
             &tlv(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]),
         );
-        let mut serial = rand::random::<[u8; 8]>();
-        serial[0] &= 0x7f;
-        serial[0] |= 0x01;
-        let validity = [tlv(0x17, b"200101000000Z"), tlv(0x17, b"491231235959Z")].concat();
+        let validity = [tlv(0x17, shape.not_before), tlv(0x17, shape.not_after)].concat();
+        let version = match shape.version1 {
+            true => Vec::new(),
+            false => tlv(0xa0, &tlv(0x02, &[2])), // v3
+        };
         let tbs = tlv(
             SEQUENCE,
             &[
-                tlv(0xa0, &tlv(0x02, &[2])), // v3
-                tlv(0x02, &serial),
+                version,
+                tlv(0x02, &shape.serial),
                 algorithm.clone(),
                 issuer,
                 tlv(SEQUENCE, &validity),
@@ -141,6 +158,32 @@ impl Ca {
             ),
             key: key.serialize_pem(),
         })
+    }
+}
+
+/// The serial number, version and validity of a certificate of
+/// [`Ca::client_shaped`].
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// The serial number's DER contents (a negative one too).
+    pub serial: Vec<u8>,
+    /// Version 1 (no version field; no extensions are written anyway).
+    pub version1: bool,
+    /// The UTCTime text of notBefore.
+    pub not_before: &'static [u8],
+    /// The UTCTime text of notAfter.
+    pub not_after: &'static [u8],
+}
+
+impl Default for Shape {
+    /// Serial 1, version 3, valid from 2020 to 2049.
+    fn default() -> Self {
+        Shape {
+            serial: vec![1],
+            version1: false,
+            not_before: b"200101000000Z",
+            not_after: b"491231235959Z",
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use k8s_openapi::api::{
 use kube::api::{Api, ListParams, PostParams, WatchParams};
 use kube_fanout::security::{AuthOptions, Security};
 use kube_fanout_auth::{
-    authz::DecisionCacheTtl, layer::MAX_AUTHORIZATION_BYTES, limits::CallerLimits,
+    authz::DecisionCacheTtl, bearer::MAX_AUTHORIZATION_BYTES, limits::CallerLimits,
 };
 use kube_fanout_client::{
     Client,
@@ -418,7 +418,7 @@ async fn bad_credentials_are_refused_with_a_clear_status() -> Result<()> {
     assert_eq!(s.code(), Code::PermissionDenied, "{s:?}");
     assert!(
         s.message()
-            .contains("\"system:serviceaccount:a:sa\" may not list configmaps in namespace \"a\""),
+            .contains(r#"configmaps is forbidden: User "system:serviceaccount:a:sa" cannot list resource "configmaps" in API group "" in the namespace "a""#),
         "{s:?}"
     );
 
@@ -503,7 +503,7 @@ async fn a_revoked_watch_ends_within_the_allow_ttl_and_reviews_fail_closed() -> 
     assert!(
         ended
             .message()
-            .contains("may not watch configmaps in namespace \"a\""),
+            .contains(r#"cannot watch resource "configmaps" in API group "" in the namespace "a""#),
         "{ended:?}"
     );
     // The TTL plus the API server's own RBAC propagation and one review.

@@ -30,7 +30,7 @@ use kube::{
     api::{Api, ListParams, PostParams, WatchEvent, WatchParams},
 };
 use kube_fanout::security::AuthOptions;
-use kube_fanout_auth::x509::{CertificateUser, certificate_user};
+use kube_fanout_auth::x509::{CertificateUser, user_of};
 use kube_fanout_client::{
     Client,
     proto::{GetRequest, ListRequest, WatchRequest},
@@ -51,6 +51,7 @@ use kube_fanout_tests::{
     rbac::{grant, group, rule, service_account, user},
     support::{create_configmap, create_namespace, initial_keys, object_key},
 };
+use kube_fanout_x509::handshake;
 use serde::de::DeserializeOwned;
 
 /// The audience of the callers' tokens that kube-fanout accepts.
@@ -273,8 +274,12 @@ where
     }
 }
 
-/// kube-fanout's answer to `ask`.
-async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
+/// kube-fanout's answer to `ask` by `caller` (`None`: its connection
+/// failed at the handshake).
+async fn fanout_answer(client: Option<&mut Client>, ask: &Ask, caller: &Caller) -> Result<Answer> {
+    let Some(client) = client else {
+        return Ok(Answer::Refused);
+    };
     let resource = Some(kube_fanout_client::resource(&format!(
         "v1/{}",
         ask.resource
@@ -330,7 +335,40 @@ async fn fanout_answer(client: &mut Client, ask: &Ask) -> Result<Answer> {
         {
             Ok(Answer::Refused)
         }
+        // A certificate Go cannot parse fails the handshake, as on the API
+        // server: TLS 1.3 clients learn it at their first request, as a
+        // transport error rather than a status of the server's.
+        Err(status) if caller.handshake_refused && transport_failure(&status) => {
+            Ok(Answer::Refused)
+        }
         Err(status) => bail!("{ask}: unexpected status {status:?}"),
+    }
+}
+
+/// Whether `status` is the client's own, for a connection that failed (at
+/// the handshake), not one kube-fanout answered.
+fn transport_failure(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown
+    ) && !status.metadata().contains_key("content-type")
+}
+
+/// kube-fanout's connection for `caller`: `None` if it failed at the
+/// handshake, which must happen exactly for the callers whose handshake
+/// the API server fails.
+async fn fanout_client(
+    fanout: &Fanout,
+    serving_ca: &Ca,
+    caller: &Caller,
+) -> Result<Option<Client>> {
+    match connect(fanout, serving_ca, caller).await {
+        Ok(client) => Ok(Some(client)),
+        Err(err) if caller.handshake_refused => {
+            tracing::debug!(caller = caller.name, error = %err, "refused at the handshake");
+            Ok(None)
+        }
+        Err(err) => Err(err.context(caller.name.clone())),
     }
 }
 
@@ -416,7 +454,8 @@ async fn identity_differences(cp: &ControlPlane, callers: &[Caller]) -> Result<V
         let Some(pair) = &caller.certificate else {
             continue;
         };
-        let mapped = certificate_user(&pem_der(&pair.cert)?);
+        let der = pem_der(&pair.cert)?;
+        let mapped = handshake::client_chain([der.as_slice()]).map(|chain| user_of(&chain[0]));
         let token = caller.token.as_deref();
         let failed_handshakes = handshake_errors(&cp.client).await?;
         let seen = api_view(cp.client_with_certificate(&pair.cert, &pair.key, token)?)
@@ -456,19 +495,31 @@ async fn identity_differences(cp: &ControlPlane, callers: &[Caller]) -> Result<V
     Ok(differences)
 }
 
-/// A certificate that names no user, or that the API server cannot
-/// parse, is refused with a status that says so.
+/// A certificate that names no user is refused with a status that says
+/// so; one that the API server cannot parse fails kube-fanout's handshake
+/// as it fails the API server's.
 async fn refusals_say_why(fanout: &Fanout, serving_ca: &Ca, callers: &[Caller]) -> Result<()> {
-    for (caller, expected) in [
-        (
-            "certificate CN=cm-reader,CN=",
-            "the client certificate names no user (its subject has no common name (CN), or its last one is empty)",
-        ),
-        (
-            "certificate CN=cm-reader,O=<invalid PrintableString> with a token",
-            "the client certificate is refused, as the API server refuses it: its subject has an attribute 2.5.4.10 whose value is not a valid PrintableString",
-        ),
-    ] {
+    let unparsable = callers
+        .iter()
+        .find(|c| c.name == "certificate CN=cm-reader,O=<invalid PrintableString> with a token")
+        .context("no such caller")?;
+    let refused = match connect(fanout, serving_ca, unparsable).await {
+        Err(_) => true,
+        Ok(mut client) => client
+            .grpc()
+            .list(ListRequest {
+                resource: Some(kube_fanout_client::resource("v1/configmaps")?),
+                namespace: "a".into(),
+                ..ListRequest::default()
+            })
+            .await
+            .is_err_and(|status| transport_failure(&status)),
+    };
+    assert!(refused, "the unparsable certificate got past the handshake");
+    for (caller, expected) in [(
+        "certificate CN=cm-reader,CN=",
+        "the client certificate names no user (its subject has no common name (CN), or its last one is empty)",
+    )] {
         let caller = callers
             .iter()
             .find(|c| c.name == caller)
@@ -779,14 +830,14 @@ async fn every_cell_is_the_api_servers_answer_for_tokens_and_certificates_of_eve
             }
             None => cp.client_with_token(caller.token.as_deref().expect("a credential"))?,
         };
-        let mut client = connect(&fanout, &serving_ca, caller).await?;
+        let mut client = fanout_client(&fanout, &serving_ca, caller).await?;
         let mut listable: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for ask in &asks {
             let theirs = match ask.resource {
                 "configmaps" => api_answer::<ConfigMap>(&api_client, ask, caller).await?,
                 _ => api_answer::<Secret>(&api_client, ask, caller).await?,
             };
-            let ours = fanout_answer(&mut client, ask).await?;
+            let ours = fanout_answer(client.as_mut(), ask, caller).await?;
             cells += 1;
             if matches!(ours, Answer::Allowed(_)) {
                 allowed += 1;
@@ -809,14 +860,19 @@ async fn every_cell_is_the_api_servers_answer_for_tokens_and_certificates_of_eve
         // ListResources: the types the caller may list in the scope.
         for &namespace in SCOPES {
             let expected = listable.remove(namespace).unwrap_or_default();
-            let shown: BTreeSet<String> = match client.list_resources_in(namespace).await {
+            let listed = match client.as_mut() {
+                Some(client) => client.list_resources_in(namespace).await,
+                None => Ok(Default::default()),
+            };
+            let shown: BTreeSet<String> = match listed {
                 Ok(r) => r
                     .resources
                     .into_iter()
                     .map(|r| r.resource.unwrap_or_default().resource)
                     .collect(),
                 Err(kube_fanout_client::ClientError::Status(s))
-                    if s.code() == tonic::Code::Unauthenticated =>
+                    if s.code() == tonic::Code::Unauthenticated
+                        || (caller.handshake_refused && transport_failure(&s)) =>
                 {
                     BTreeSet::new()
                 }

@@ -125,6 +125,7 @@ async fn attacks_without_rights(server: &FanoutProcess, token: &str) -> Result<(
             "ListResources, 2 MB namespace",
             grpc.list_resources(ListResourcesRequest {
                 namespace: two_mb.clone(),
+                resource: None,
             })
             .await,
             Code::OutOfRange,
@@ -144,6 +145,7 @@ async fn attacks_without_rights(server: &FanoutProcess, token: &str) -> Result<(
         "ListResources, 64-byte namespace",
         grpc.list_resources(ListResourcesRequest {
             namespace: namespace.clone(),
+            resource: None,
         })
         .await,
         Code::InvalidArgument,
@@ -217,7 +219,7 @@ async fn attacks_without_rights(server: &FanoutProcess, token: &str) -> Result<(
         "List, no rights",
         grpc.list(list(ALLOWED)).await,
         Code::PermissionDenied,
-        &["may not list configmaps in namespace \"allowed\""],
+        &[r#"cannot list resource "configmaps" in API group "" in the namespace "allowed""#],
     )?;
     // A 3.6 MB `!a,!a,...` selector (1.2 M requirements once parsed) and a
     // 4 MiB namespace that gzip sends in a few KB: never decoded past the
@@ -239,6 +241,7 @@ async fn attacks_without_rights(server: &FanoutProcess, token: &str) -> Result<(
             "ListResources, 4 MiB namespace in gzip",
             gzip.list_resources(ListResourcesRequest {
                 namespace: "a".repeat(4 << 20),
+                resource: None,
             })
             .await,
             Code::ResourceExhausted,
@@ -292,6 +295,7 @@ async fn attacks_with_one_namespace(
         .grpc()
         .list_resources(ListResourcesRequest {
             namespace: ALLOWED.into(),
+            resource: None,
         })
         .await?
         .into_inner()
