@@ -299,10 +299,18 @@ func (c *Conn) kind(ctx context.Context, ref *pb.ResourceRef, namespace string) 
 	if ok {
 		return kind, nil
 	}
-	resources, err := c.Resources(ctx, namespace)
+	// Asked for this type only: a caller refused it learns why, in the API
+	// server's words (a server that predates the field describes every type
+	// the caller may list, and one it may not is then missing).
+	var resp *pb.ListResourcesResponse
+	_, err := c.call(ctx, func(client pb.KubeFanoutClient) (err error) {
+		resp, err = client.ListResources(ctx, &pb.ListResourcesRequest{Namespace: namespace, Resource: ref})
+		return err
+	})
 	if err != nil {
-		return "", err
+		return "", statusError(err)
 	}
+	resources := resp.GetResources()
 	for _, r := range resources {
 		if r.GetResource().GetGroup() == key.group && r.GetResource().GetVersion() == key.version && r.GetResource().GetResource() == key.resource {
 			c.mu.Lock()

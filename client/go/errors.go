@@ -17,6 +17,10 @@ import (
 // catch up with an asked resourceVersion in time.
 const reasonTooLarge = "TooLargeResourceVersion"
 
+// reasonForbidden is the ErrorInfo reason of a refusal by the API server's
+// authorization; its metadata names the group, resource and name refused.
+const reasonForbidden = "Forbidden"
+
 // reasonShuttingDown is the ErrorInfo reason of a watch ended because its
 // server is shutting down.
 const reasonShuttingDown = "ShuttingDown"
@@ -39,6 +43,8 @@ const reasonRetired = "ConnectionRetired"
 //     without relisting, which is exactly a resume. (A watch whose server
 //     shuts down or whose connection breaks ends cleanly instead: see the
 //     watcher's pump.)
+//   - PERMISSION_DENIED: 403 Forbidden with the server's message, which is
+//     the API server's own text for the same refusal.
 //   - the rest as the API server maps the same faults.
 func statusError(err error) error {
 	if err == nil {
@@ -75,14 +81,31 @@ func statusError(err error) error {
 	case codes.Unauthenticated:
 		return apierrors.NewUnauthorized(msg)
 	case codes.PermissionDenied:
-		return &apierrors.StatusError{ErrStatus: metav1.Status{
-			Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: msg,
-		}}
+		return forbidden(st)
 	case codes.Canceled:
 		return context.Canceled
 	default:
 		return apierrors.NewInternalError(errors.New(msg))
 	}
+}
+
+// forbidden is the API server's 403 for a refusal by its authorization: the
+// message is kube-fanout's, which is the API server's own words
+// (`configmaps is forbidden: User "alice" cannot list resource
+// "configmaps" in API group "" in the namespace "a"`), and the details name
+// what the ErrorInfo names, as apierrors.NewForbidden fills them.
+func forbidden(st *status.Status) error {
+	details := &metav1.StatusDetails{}
+	for _, detail := range st.Details() {
+		if info, ok := detail.(*errdetails.ErrorInfo); ok && info.GetReason() == reasonForbidden {
+			md := info.GetMetadata()
+			details = &metav1.StatusDetails{Group: md["group"], Kind: md["resource"], Name: md["name"]}
+		}
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden,
+		Message: st.Message(), Details: details,
+	}}
 }
 
 // tooLargeResourceVersion is the error the API server gives for a

@@ -749,7 +749,13 @@ type ListResourcesRequest struct {
 	// namespace are described (like `kubectl auth can-i list TYPE -n NS`);
 	// empty: the types it may list cluster-wide. A caller whose grants are
 	// per namespace asks with its namespace.
-	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Only this type: described if the caller may list it in the namespace,
+	// refused with PERMISSION_DENIED in the API server's words if it may
+	// not (`configmaps is forbidden: User "alice" cannot list resource
+	// "configmaps" in API group "" in the namespace "a"`), NOT_FOUND if it
+	// is not served; an on-demand type is started by the ask, as by a List.
+	Resource      *ResourceRef `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -789,6 +795,13 @@ func (x *ListResourcesRequest) GetNamespace() string {
 		return x.Namespace
 	}
 	return ""
+}
+
+func (x *ListResourcesRequest) GetResource() *ResourceRef {
+	if x != nil {
+		return x.Resource
+	}
+	return nil
 }
 
 type ListResourcesResponse struct {
@@ -1138,9 +1151,10 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\rmetadata_only\x18\x04 \x01(\bR\fmetadataOnly\"P\n" +
 	"\vGetResponse\x12)\n" +
 	"\x10resource_version\x18\x01 \x01(\tR\x0fresourceVersion\x12\x16\n" +
-	"\x06object\x18\x02 \x01(\tR\x06object\"4\n" +
+	"\x06object\x18\x02 \x01(\tR\x06object\"l\n" +
 	"\x14ListResourcesRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"T\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x126\n" +
+	"\bresource\x18\x02 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\"T\n" +
 	"\x15ListResourcesResponse\x12;\n" +
 	"\tresources\x18\x01 \x03(\v2\x1d.kubefanout.v1.ResourceStatusR\tresources\"\xcd\a\n" +
 	"\x0eResourceStatus\x126\n" +
@@ -1231,23 +1245,24 @@ var file_kubefanout_v1_fanout_proto_depIdxs = []int32{
 	0,  // 1: kubefanout.v1.WatchEvent.type:type_name -> kubefanout.v1.EventType
 	3,  // 2: kubefanout.v1.ListRequest.resource:type_name -> kubefanout.v1.ResourceRef
 	3,  // 3: kubefanout.v1.GetRequest.resource:type_name -> kubefanout.v1.ResourceRef
-	12, // 4: kubefanout.v1.ListResourcesResponse.resources:type_name -> kubefanout.v1.ResourceStatus
-	3,  // 5: kubefanout.v1.ResourceStatus.resource:type_name -> kubefanout.v1.ResourceRef
-	1,  // 6: kubefanout.v1.ResourceStatus.sync_state:type_name -> kubefanout.v1.SyncState
-	2,  // 7: kubefanout.v1.ResourceStatus.origin:type_name -> kubefanout.v1.Origin
-	4,  // 8: kubefanout.v1.KubeFanout.Watch:input_type -> kubefanout.v1.WatchRequest
-	6,  // 9: kubefanout.v1.KubeFanout.List:input_type -> kubefanout.v1.ListRequest
-	8,  // 10: kubefanout.v1.KubeFanout.Get:input_type -> kubefanout.v1.GetRequest
-	10, // 11: kubefanout.v1.KubeFanout.ListResources:input_type -> kubefanout.v1.ListResourcesRequest
-	5,  // 12: kubefanout.v1.KubeFanout.Watch:output_type -> kubefanout.v1.WatchEvent
-	7,  // 13: kubefanout.v1.KubeFanout.List:output_type -> kubefanout.v1.ListResponse
-	9,  // 14: kubefanout.v1.KubeFanout.Get:output_type -> kubefanout.v1.GetResponse
-	11, // 15: kubefanout.v1.KubeFanout.ListResources:output_type -> kubefanout.v1.ListResourcesResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 4: kubefanout.v1.ListResourcesRequest.resource:type_name -> kubefanout.v1.ResourceRef
+	12, // 5: kubefanout.v1.ListResourcesResponse.resources:type_name -> kubefanout.v1.ResourceStatus
+	3,  // 6: kubefanout.v1.ResourceStatus.resource:type_name -> kubefanout.v1.ResourceRef
+	1,  // 7: kubefanout.v1.ResourceStatus.sync_state:type_name -> kubefanout.v1.SyncState
+	2,  // 8: kubefanout.v1.ResourceStatus.origin:type_name -> kubefanout.v1.Origin
+	4,  // 9: kubefanout.v1.KubeFanout.Watch:input_type -> kubefanout.v1.WatchRequest
+	6,  // 10: kubefanout.v1.KubeFanout.List:input_type -> kubefanout.v1.ListRequest
+	8,  // 11: kubefanout.v1.KubeFanout.Get:input_type -> kubefanout.v1.GetRequest
+	10, // 12: kubefanout.v1.KubeFanout.ListResources:input_type -> kubefanout.v1.ListResourcesRequest
+	5,  // 13: kubefanout.v1.KubeFanout.Watch:output_type -> kubefanout.v1.WatchEvent
+	7,  // 14: kubefanout.v1.KubeFanout.List:output_type -> kubefanout.v1.ListResponse
+	9,  // 15: kubefanout.v1.KubeFanout.Get:output_type -> kubefanout.v1.GetResponse
+	11, // 16: kubefanout.v1.KubeFanout.ListResources:output_type -> kubefanout.v1.ListResourcesResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kubefanout_v1_fanout_proto_init() }
