@@ -81,8 +81,8 @@ func TestAManagerRefusedANamespaceSeesTheAPIServersForbidden(t *testing.T) {
 	fanoutToken, _ := serviceAccountToken(t, cp, "ops", "go-operator", audience, "")
 	conn := fo.dial(t, ca, kubefanout.WithBearerToken(fanoutToken))
 	namespaces := []string{"a", "team-c"}
-	direct := startUnsyncedManager(ctx, t, cp, "direct", apiToken, namespaces, nil)
-	viaFanout := startUnsyncedManager(ctx, t, cp, "fanout", apiToken, namespaces, crcache.NewCacheFunc(conn))
+	direct := startUnsyncedManager(ctx, t, cp, "forbidden-direct", apiToken, namespaces, nil)
+	viaFanout := startUnsyncedManager(ctx, t, cp, "forbidden-fanout", apiToken, namespaces, crcache.NewCacheFunc(conn))
 	var theirs, ours string
 	waitFor(t, "both managers told they may not list configmaps in team-c", func() bool {
 		var okTheirs, okOurs bool
