@@ -6,8 +6,8 @@
 //! server's TLS handshake refuses, is refused here too.
 
 use crate::{
-    ParseError,
     der::{Der, tag},
+    error::ParseError,
     extensions::{self, Extensions},
     key::{self, AlgorithmIdentifier, PublicKey},
     name::{self, Name},

@@ -4,8 +4,8 @@
 //! recorded when critical (verification then refuses the certificate).
 
 use crate::{
-    ParseError,
     der::{Der, Oid, tag},
+    error::ParseError,
     netip, uri,
 };
 

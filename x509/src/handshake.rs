@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use crate::{
-    ParseError,
     certificate::{self, Certificate},
+    error::ParseError,
     key::PublicKey,
 };
 

@@ -7,8 +7,8 @@
 use num_bigint::BigUint;
 
 use crate::{
-    ParseError,
     der::{BitString, Der, Oid, tag},
+    error::ParseError,
 };
 
 const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];

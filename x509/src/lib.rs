@@ -16,6 +16,7 @@
 
 pub mod certificate;
 mod der;
+mod error;
 pub mod extensions;
 pub mod handshake;
 pub mod key;
@@ -30,15 +31,5 @@ mod uri;
 pub mod verify;
 
 pub use certificate::Certificate;
+pub use error::ParseError;
 pub use pool::Pool;
-
-/// Why Go cannot parse a certificate: its own message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(String);
-
-impl ParseError {
-    fn new(message: impl Into<String>) -> Self {
-        ParseError(message.into())
-    }
-}

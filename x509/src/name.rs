@@ -5,8 +5,8 @@
 //! value one of the string types Go knows and valid in its type.
 
 use crate::{
-    ParseError,
     der::{Der, tag},
+    error::ParseError,
 };
 
 /// The DER contents of the attribute types the API server reads: CN
