@@ -15,29 +15,12 @@
 use http::{HeaderMap, header::AUTHORIZATION};
 
 use crate::error::AuthError;
+pub use crate::error::Ignored;
 
 /// The largest authorization header looked at. Service-account tokens are
 /// about 1 KiB; a header this large is no token, and reviewing it would
 /// only cost the API server.
 pub const MAX_AUTHORIZATION_BYTES: usize = 8 * 1024;
-
-/// Why an authorization header carries no bearer token, in the API
-/// server's terms: it ignores each of these as if there were no header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Ignored {
-    /// No authorization header.
-    #[error("no authorization header")]
-    Absent,
-    /// A header of white space only.
-    #[error("the authorization header is empty")]
-    Empty,
-    /// A scheme other than `Bearer`, or no space after it.
-    #[error("the authorization header is not of the form `Bearer <token>`")]
-    NotBearer,
-    /// More than one space between `Bearer` and the token.
-    #[error("the authorization header has extra space before the bearer token")]
-    SpaceBeforeToken,
-}
 
 /// The bearer token `headers` carry, or why they carry none (an error
 /// only for a header past [`MAX_AUTHORIZATION_BYTES`], or a token that

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use kube_fanout_x509::verify::VerifyError;
 
-use crate::{attributes::Attributes, bearer::Ignored, forbidden, x509};
+use crate::{attributes::Attributes, forbidden, x509};
 
 /// Why a caller was turned away.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -155,4 +155,22 @@ pub enum Exceeded {
     Source(String),
     /// The total one, shared by every source.
     Total,
+}
+
+/// Why an authorization header carries no bearer token, in the API
+/// server's terms: it ignores each of these as if there were no header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Ignored {
+    /// No authorization header.
+    #[error("no authorization header")]
+    Absent,
+    /// A header of white space only.
+    #[error("the authorization header is empty")]
+    Empty,
+    /// A scheme other than `Bearer`, or no space after it.
+    #[error("the authorization header is not of the form `Bearer <token>`")]
+    NotBearer,
+    /// More than one space between `Bearer` and the token.
+    #[error("the authorization header has extra space before the bearer token")]
+    SpaceBeforeToken,
 }
