@@ -1,6 +1,6 @@
 //! Rows of the apps group's types.
 
-use super::{age, containers, go_to_lower, name};
+use super::cells::{age, containers, go_to_lower, name};
 use crate::{
     error::PrinterError,
     labels::{Selector, format_label_selector, format_labels, selector},

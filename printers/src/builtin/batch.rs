@@ -1,6 +1,6 @@
 //! Rows of Jobs and CronJobs.
 
-use super::{age, containers, name};
+use super::cells::{age, containers, name};
 use crate::{
     error::PrinterError,
     labels::format_label_selector,

@@ -2,7 +2,10 @@
 //! bindings, leases, scheduling, admission, flow control, certificates,
 //! API services and dynamic resource allocation.
 
-use super::{age, core::or_none, name};
+use super::{
+    cells::{age, name},
+    core::or_none,
+};
 use crate::{
     error::PrinterError,
     object::Field,

@@ -1,6 +1,6 @@
 //! Rows of the core group's types other than pods, events and volumes.
 
-use super::{age, containers, name};
+use super::cells::{age, containers, name};
 use crate::{error::PrinterError, labels::format_labels, object::Field, table::Row, time::Clock};
 
 /// "" as "<none>".

@@ -3,7 +3,7 @@
 //! server prints, events.k8s.io's fields renamed (`note` is the message,
 //! `regarding` the involved object, `deprecated*` the legacy counters).
 
-use super::{go_to_lower, name};
+use super::cells::{go_to_lower, name};
 use crate::{
     error::PrinterError,
     object::Field,

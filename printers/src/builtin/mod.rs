@@ -9,6 +9,7 @@
 
 mod apps;
 mod batch;
+mod cells;
 mod cluster;
 pub(crate) mod columns;
 mod core;
@@ -17,11 +18,12 @@ mod networking;
 mod pod;
 mod storage;
 
+use self::cells::{age, name};
 use crate::{
     error::PrinterError,
     metadata::Annotations,
     object::Field,
-    table::{Cell, Item, Row},
+    table::{Item, Row},
     time::Clock,
 };
 
@@ -369,18 +371,6 @@ pub(crate) fn lookup(group: &str, version: &str, resource: &str) -> Option<Built
     })
 }
 
-/// The name of the object.
-pub(crate) fn name(object: Field<'_>) -> Cell {
-    object.at(&["metadata", "name"]).str().into()
-}
-
-/// The printers' `translateTimestampSince(obj.CreationTimestamp)`.
-pub(crate) fn age(object: Field<'_>, clock: Clock) -> Result<Cell, PrinterError> {
-    Ok(clock
-        .age(object.at(&["metadata", "creationTimestamp"]).time()?)
-        .into())
-}
-
 /// The default convertor's row: the name and the creation time in UTC
 /// RFC 3339 (Go's zero time, `0001-01-01T00:00:00Z`, when unset).
 fn name_and_creation(object: Field<'_>, _: Clock) -> Result<Row, PrinterError> {
@@ -392,41 +382,6 @@ fn name_and_creation(object: Field<'_>, _: Clock) -> Result<Row, PrinterError> {
 /// The row of printers that show the name and age only.
 fn name_and_age(object: Field<'_>, clock: Clock) -> Result<Row, PrinterError> {
     Ok(Row::new(vec![name(object), age(object, clock)?]))
-}
-
-/// `layoutContainerCells`: the containers' names, and their images, each
-/// joined by commas.
-pub(crate) fn containers(containers: Field<'_>) -> [Cell; 2] {
-    let names: Vec<&str> = containers.items().map(|c| c.at(&["name"]).str()).collect();
-    let images: Vec<&str> = containers.items().map(|c| c.at(&["image"]).str()).collect();
-    [names.join(",").into(), images.join(",").into()]
-}
-
-/// Go's `strings.ToLower`: each character's simple lowercase mapping (one
-/// character for one: U+0130 becomes "i", not "i" and a combining dot).
-pub(crate) fn go_to_lower(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let lower: Vec<char> = if c == '\u{130}' {
-                vec!['i']
-            } else {
-                c.to_lowercase().collect()
-            };
-            lower
-        })
-        .collect()
-}
-
-/// `listWithMoreString`: the first `max` entries, "+ N more..." past them,
-/// "<unset>" for none.
-pub(crate) fn list_with_more(list: &[String], max: usize) -> String {
-    if list.len() > max {
-        return format!("{} + {} more...", list[..max].join(","), list.len() - max);
-    }
-    if list.is_empty() {
-        return "<unset>".to_owned();
-    }
-    list.join(",")
 }
 
 #[cfg(test)]

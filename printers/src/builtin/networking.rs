@@ -1,6 +1,9 @@
 //! Rows of the networking and discovery groups' types.
 
-use super::{age, core::load_balancer_ingress, go_to_lower, list_with_more, name};
+use super::{
+    cells::{age, go_to_lower, list_with_more, name},
+    core::load_balancer_ingress,
+};
 use crate::{
     error::PrinterError, labels::format_label_selector, object::Field, table::Row, time::Clock,
 };

@@ -3,7 +3,7 @@
 //! terminating, scheduling gates), restarts with the age of the last one,
 //! and at wide priority the IP, node, nominated node and readiness gates.
 
-use super::{age, name};
+use super::cells::{age, name};
 use crate::{
     error::PrinterError,
     object::Field,

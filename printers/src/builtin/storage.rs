@@ -1,6 +1,6 @@
 //! Rows of volumes, claims and the storage group's types.
 
-use super::{age, name};
+use super::cells::{age, name};
 use crate::{error::PrinterError, object::Field, table::Row, time::Clock};
 
 /// `helper.GetAccessModesAsString`: RWO, ROX, RWX, RWOP, in that order.
