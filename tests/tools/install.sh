@@ -20,24 +20,9 @@ case "${1:-}" in
   # together.
   protoc-gen-go) pkg=google.golang.org/protobuf/cmd/protoc-gen-go; version=v1.36.11 ;;
   protoc-gen-go-grpc) pkg=google.golang.org/grpc/cmd/protoc-gen-go-grpc; version=v1.6.1 ;;
-  # The module graph scripts/module-cycles checks for cycles: a Rust tool,
-  # `cargo install`ed (--locked) instead of `go install`ed. 0.27.0 is the
-  # newest release that builds with Rust 1.95 (0.28 needs a newer one).
-  cargo-modules) crate=cargo-modules; version=0.27.0 ;;
-  *) echo "usage: $0 grpcurl|helm|crane|promtool|protoc-gen-go|protoc-gen-go-grpc|cargo-modules" >&2; exit 2 ;;
+  *) echo "usage: $0 grpcurl|helm|crane|promtool|protoc-gen-go|protoc-gen-go-grpc" >&2; exit 2 ;;
 esac
 dir="${CARGO_TARGET_DIR:-$root/target}/tools/$1-$version"
-if [[ -n "${crate:-}" ]]; then
-  if [[ ! -x "$dir/bin/$1" ]]; then
-    # Its own build directory, so that it never takes the workspace's
-    # build lock; removed after, leaving only the binary.
-    cargo install --quiet --locked "$crate" --version "$version" \
-      --root "$dir" --target-dir "$dir/build" >&2
-    rm -rf "$dir/build"
-  fi
-  echo "$dir/bin/$1"
-  exit 0
-fi
 if [[ ! -x "$dir/$1" ]]; then
   mkdir -p "$dir"
   GOBIN="$dir" GOFLAGS=-buildvcs=false go install -tags="${tags:-}" "$pkg@$version" >&2
