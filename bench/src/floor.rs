@@ -173,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
             resource_version: pod.metadata.resource_version.into_owned(),
             object: object.to_string(),
             resync: false,
+            head_resource_version: String::new(),
         };
         store.insert(
             format!("{}/{}", pod.metadata.namespace, pod.metadata.name),

@@ -11,7 +11,8 @@
 //! subscriber's snapshot RV) where its snapshot is not shared (see
 //! [`crate::shared_snapshot`], which encodes a snapshot once for all who
 //! send it together), filter transitions (an event turned into
-//! ADDED or DELETED) and progress bookmarks. Those are not written out
+//! ADDED or DELETED), progress bookmarks and bookmarks stamped with the
+//! server's head. Those are not written out
 //! here ([`OwnWatchEvent`]): their few leading fields are encoded in place
 //! and the object's JSON, shared with the store, is copied once, straight
 //! into the response buffer. A snapshot's time goes mostly to copying its
@@ -66,11 +67,15 @@ impl WatchEncoder {
             EventKind::Deleted => EventType::Deleted,
             EventKind::Bookmark => EventType::Bookmark,
         };
-        OwnWatchEvent::new(
+        let own = OwnWatchEvent::new(
             kind,
             delivery.resource_version.0,
             delivery.object.clone(),
             delivery.resync,
-        )
+        );
+        match delivery.head {
+            Some(head) => own.with_server_head(head.0),
+            None => own,
+        }
     }
 }

@@ -570,6 +570,7 @@ mod tests {
             send_initial_events: false,
             allow_bookmarks,
             projection: Projection::default(),
+            head_bookmarks: false,
         }
     }
 

@@ -96,19 +96,25 @@ pub struct ReflectorStatus {
     pub not_found_since: Option<Instant>,
 }
 
-/// The most parent heads a leaf remembers: at one look every 5 s, over
-/// five minutes; a leaf further behind shows the age of the oldest kept.
+/// The most parent heads a leaf remembers. At one look a second (the
+/// parent's head bookmarks) they fill in about a minute; a leaf further
+/// behind then drops, for each new look, the one whose neighbours are
+/// closest together, never the oldest (which says how far behind it is):
+/// the figure stays exact, and the looks after it spread evenly over the
+/// lag (600 s behind: about one look every 10 s).
 const PARENT_HEADS: usize = 64;
 
 /// A tier's leaf's looks at its parent's head (the resourceVersion the
-/// parent's cache was at, and when), kept while its own store has not
-/// reached them: how long the store has been behind the parent.
+/// parent's cache was at, as a bookmark of the parent's said, and when it
+/// came), kept while its own store has not reached them: how long the
+/// store has been behind the parent.
 ///
 /// The store is behind by at least the age of the oldest look it has not
 /// reached, and by less than the age of the look before that one: the
-/// figure is exact to the interval between looks, and never more than the
-/// truth. Looks at one parent only: another parent's RVs (its bookmarks
-/// from another API server) need not be ones the store will pass.
+/// figure is exact to the interval between looks (a second), and never
+/// more than the truth. Looks at one parent only: another parent's RVs
+/// (its bookmarks from another API server) need not be ones the store
+/// will pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParentHeads {
     /// The parent looked at (an address), and its heads the store has not
@@ -139,7 +145,13 @@ impl ParentHeads {
         self.ahead.retain(|&(_, rv)| rv > store);
         if head > store {
             if self.ahead.len() == PARENT_HEADS {
-                self.ahead.pop_front();
+                // Not the oldest nor the newest: the one whose neighbours
+                // are closest in time.
+                let closest = (1..self.ahead.len() - 1)
+                    .min_by_key(|&i| self.ahead[i + 1].0 - self.ahead[i - 1].0);
+                if let Some(i) = closest {
+                    self.ahead.remove(i);
+                }
             }
             self.ahead.push_back((at, head));
         }
@@ -193,19 +205,31 @@ mod tests {
         assert_eq!(heads.newest(), Some(RV(35)));
     }
 
+    /// Ten minutes behind at a look a second: at most [`PARENT_HEADS`]
+    /// kept, the oldest among them, so the lag is the whole ten minutes;
+    /// and once the store passes part of them, the oldest it has not
+    /// reached is one of the looks spread over the lag.
     #[tokio::test(start_paused = true)]
-    async fn a_leaf_far_behind_keeps_a_bounded_number_of_heads() {
+    async fn a_leaf_far_behind_keeps_a_bounded_number_of_heads_and_its_whole_lag() {
         let mut heads = ParentHeads::default();
         let start = Instant::now();
-        for i in 0..(PARENT_HEADS as u64 + 10) {
-            heads.observe("p", start + Duration::from_secs(5 * i), RV(100 + i), RV(1));
+        let looks = 600;
+        for i in 0..looks {
+            heads.observe("p", start + Duration::from_secs(i), RV(100 + i), RV(1));
+            assert!(heads.ahead.len() <= PARENT_HEADS);
         }
-        assert_eq!(heads.ahead.len(), PARENT_HEADS);
-        let now = start + Duration::from_secs(5 * (PARENT_HEADS as u64 + 10));
+        let now = start + Duration::from_secs(looks);
         assert_eq!(
             heads.behind(now, RV(1)),
-            Some(Duration::from_secs(5 * PARENT_HEADS as u64)),
-            "the oldest kept"
+            Some(Duration::from_secs(looks)),
+            "the oldest look kept"
+        );
+        // Past the looks of the first five minutes: behind since one of
+        // the looks just after, kept about 10 s apart (600 s over 64).
+        let behind = heads.behind(now, RV(100 + 300)).unwrap();
+        assert!(
+            behind < Duration::from_secs(300) && behind >= Duration::from_secs(300 - 15),
+            "{behind:?}"
         );
     }
 }

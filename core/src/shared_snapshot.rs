@@ -613,6 +613,7 @@ mod tests {
                         resource_version: "307".into(),
                         object: projection.json(o).to_string(),
                         resync: false,
+                        head_resource_version: String::new(),
                     })
                     .collect();
                 assert_eq!(got, want, "{ns:?} {labels:?} {projection:?}");

@@ -48,7 +48,7 @@ pub(crate) mod tests;
 
 pub use delivery::Delivery;
 pub use error::WatchError;
-pub use request::{Limits, Start, WatchSpec};
+pub use request::{HEAD_BOOKMARK_INTERVAL, Limits, Start, WatchSpec};
 use state::Subscription;
 pub use state::{Output, SnapshotHold};
 

@@ -171,10 +171,13 @@ pub mod wire {
         head_len: u8,
         object: Arc<str>,
         resync: bool,
+        /// `head_resource_version`, if set.
+        server_head: Option<u64>,
     }
 
     impl OwnWatchEvent {
-        /// The event `WatchEvent { type, resource_version, object, resync }`.
+        /// The event `WatchEvent { type, resource_version, object, resync }`
+        /// (no `head_resource_version`: see [`Self::with_server_head`]).
         pub fn new(
             r#type: EventType,
             resource_version: u64,
@@ -201,6 +204,16 @@ pub mod wire {
                 head_len,
                 object,
                 resync,
+                server_head: None,
+            }
+        }
+
+        /// The event with `head_resource_version` set to `rv` (the
+        /// server's head as it sends a bookmark).
+        pub fn with_server_head(self, rv: u64) -> Self {
+            OwnWatchEvent {
+                server_head: Some(rv),
+                ..self
             }
         }
 
@@ -210,7 +223,9 @@ pub mod wire {
                 0 => 0,
                 n => 1 + prost::encoding::encoded_len_varint(n as u64) + n,
             };
-            usize::from(self.head_len) + object + if self.resync { 2 } else { 0 }
+            // A key and a one-byte length, then at most 20 digits.
+            let server_head = self.server_head.map_or(0, |rv| 2 + digits(rv));
+            usize::from(self.head_len) + object + if self.resync { 2 } else { 0 } + server_head
         }
 
         /// The encoded message, written out.
@@ -241,7 +256,18 @@ pub mod wire {
                 encode_key(4, WireType::Varint, buf);
                 buf.put_u8(1);
             }
+            if let Some(rv) = self.server_head {
+                let rv = rv.to_string();
+                encode_key(5, WireType::LengthDelimited, buf);
+                encode_varint(rv.len() as u64, buf);
+                buf.put_slice(rv.as_bytes());
+            }
         }
+    }
+
+    /// How many decimal digits `n` has.
+    fn digits(n: u64) -> usize {
+        n.checked_ilog10().map_or(1, |log| log as usize + 1)
     }
 
     #[cfg(feature = "grpc")]
@@ -357,17 +383,29 @@ pub mod wire {
             for r#type in types {
                 for rv in [0, 7, 1234567890, u64::MAX] {
                     for object in ["", r#"{"kind":"ConfigMap"}"#, long.as_str()] {
-                        for resync in [false, true] {
-                            let own = OwnWatchEvent::new(r#type, rv, object.into(), resync);
+                        for (resync, head) in [false, true]
+                            .into_iter()
+                            .flat_map(|r| [None, Some(0), Some(9), Some(u64::MAX)].map(|h| (r, h)))
+                        {
+                            let mut own = OwnWatchEvent::new(r#type, rv, object.into(), resync);
+                            if let Some(head) = head {
+                                own = own.with_server_head(head);
+                            }
                             let expected = WatchEvent {
                                 r#type: r#type.into(),
                                 resource_version: rv.to_string(),
                                 object: object.into(),
                                 resync,
+                                head_resource_version: head
+                                    .map(|h| h.to_string())
+                                    .unwrap_or_default(),
                             }
                             .encode_to_vec();
                             let bytes = EncodedWatchEvent::Own(own.clone()).to_bytes();
-                            assert_eq!(bytes, expected, "{type:?} {rv} {object:?} {resync}");
+                            assert_eq!(
+                                bytes, expected,
+                                "{type:?} {rv} {object:?} {resync} {head:?}"
+                            );
                             assert_eq!(own.encoded_len(), expected.len());
                         }
                     }

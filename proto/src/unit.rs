@@ -34,6 +34,7 @@ mod tests {
             resource_version: "5".into(),
             object: object.to_string(),
             resync,
+            head_resource_version: String::new(),
         }
     }
 

@@ -279,7 +279,7 @@ impl Collector for CacheCollector {
         }
         let mut lag = encoder.encode_descriptor(
             "kube_fanout_upstream_lag_seconds",
-            "For a tier's leaf: how long the type's cache has been behind its parent, the age of the oldest of the parent's heads (looked at every 5 s with ListResources) it has not reached; a lower bound, exact to the 5 s between looks. Absent for a type fed by the API server and before the first look.",
+            "For a tier's leaf: how long the type's cache has been behind its parent, the age of the oldest of the parent's heads (carried by its bookmarks, one at least every second) it has not reached; a lower bound, exact to the second between them. Absent for a type fed by the API server and before the parent's first bookmark.",
             None,
             MetricType::Gauge,
         )?;

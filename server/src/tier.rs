@@ -1,6 +1,7 @@
 //! A tier's leaf: every served type fed by a parent kube-fanout
 //! (`--upstream-fanout`) instead of a reflector on the API server, each in
-//! a task of its own.
+//! a task of its own (which also learns from the parent's bookmarks how
+//! far behind it the type is).
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use kube_fanout_core::{
     resource::{GroupVersionResource, ResourceType},
     store::{HistoryLimits, Store},
 };
-use kube_fanout_tier::{DiscoveryError, Feed, HeadProbe, Probed};
+use kube_fanout_tier::{DiscoveryError, Feed};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 
@@ -40,17 +41,10 @@ pub(crate) async fn start(
     let mut parent = client_config(parents)?.connect().await?;
     let types = discover(&mut parent, parents.addresses.len(), resources).await?;
     let mut cache = ServedTypes::default();
-    let mut probed = Vec::new();
     for (resource, indexed) in discovery::indexed(types, index_fields)? {
         let span = info_span!("feed", resource = %resource.gvr);
-        let gvr = resource.gvr.clone();
         let store = Arc::new(Store::with_index(resource, history, indexed));
         let feed = Feed::new(parent.clone(), store.clone(), transform);
-        probed.push(Probed {
-            gvr,
-            store: store.clone(),
-            status: feed.status(),
-        });
         cache.insert(Served::new(store, feed.status()));
         let cancel = cancel.clone();
         tasks.spawn(
@@ -61,16 +55,6 @@ pub(crate) async fn start(
             .instrument(span),
         );
     }
-    // A connection of its own (see the probe's docs).
-    let probe = HeadProbe::new(client_config(parents)?.build()?, probed);
-    let cancel = cancel.clone();
-    tasks.spawn(
-        async move {
-            probe.run(cancel).await;
-            Ok(())
-        }
-        .instrument(info_span!("head probe")),
-    );
     Ok(cache)
 }
 

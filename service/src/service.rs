@@ -181,6 +181,7 @@ impl FanoutService {
             send_initial_events: request.send_initial_events,
             allow_bookmarks: request.allow_bookmarks,
             projection: Projection::from_request(request.metadata_only),
+            head_bookmarks: request.head_bookmarks,
         };
         let guard = served.subscriber(&scope.namespace);
         let encoder = self.encoder.clone();
@@ -340,7 +341,7 @@ impl FanoutService {
             upstream_resource_version: reflector
                 .parent_heads
                 .newest()
-                .map(|rv| rv.to_string())
+                .map(|rv| rv.max(status.head.resource_version).to_string())
                 .unwrap_or_default(),
             upstream_lag_seconds: reflector
                 .parent_heads

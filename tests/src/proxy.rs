@@ -1,7 +1,7 @@
 //! A loopback TCP proxy that counts the bytes it carries each way: what a
 //! stream really costs on the wire (HTTP/2 frames, gRPC framing,
 //! compression and all), measured between a client and kube-fanout; and
-//! that can hold one connection's bytes from the server, to stall what
+//! that can hold back one connection's bytes from the server, to slow what
 //! goes over it (a leaf's feed) while other connections go on.
 
 use std::{
@@ -10,6 +10,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
+    time::Duration,
 };
 
 use anyhow::{Context, Result};
@@ -26,9 +27,9 @@ pub struct CountingProxy {
     /// Where clients connect.
     pub addr: SocketAddr,
     from_server: Arc<AtomicU64>,
-    /// Per connection, in the order they were accepted: whether the
-    /// server's bytes are held.
-    held: Arc<Mutex<Vec<watch::Sender<bool>>>>,
+    /// Per connection, in the order they were accepted: how fast the
+    /// server's bytes may go (see [`CountingProxy::limit`]).
+    held: Arc<Mutex<Vec<watch::Sender<Limit>>>>,
     task: JoinHandle<()>,
 }
 
@@ -50,7 +51,7 @@ impl CountingProxy {
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     let counter = counter.clone();
-                    let (hold, holding) = watch::channel(false);
+                    let (hold, holding) = watch::channel(None);
                     connections.lock().expect("connections").push(hold);
                     tokio::spawn(
                         pipe(client_read, server_write, None, None)
@@ -77,14 +78,15 @@ impl CountingProxy {
         self.from_server.load(Ordering::SeqCst)
     }
 
-    /// Holds (`true`) or lets go (`false`) the server's bytes to the
-    /// `n`th connection accepted (from 0); what arrives meanwhile waits.
-    pub fn hold(&self, n: usize, held: bool) -> Result<()> {
+    /// Lets the server's bytes to the `n`th connection accepted (from 0)
+    /// go at most `limit` bytes a second (`Some(0)`: held; `None`: as fast
+    /// as they come); what arrives meanwhile waits.
+    pub fn limit(&self, n: usize, limit: Limit) -> Result<()> {
         let connections = self.held.lock().expect("connections");
         let connection = connections
             .get(n)
             .with_context(|| format!("only {} connections", connections.len()))?;
-        connection.send_replace(held);
+        connection.send_replace(limit);
         Ok(())
     }
 }
@@ -95,23 +97,30 @@ impl Drop for CountingProxy {
     }
 }
 
+/// Bytes a second a connection's server bytes may go at (`Some(0)`: none;
+/// `None`: no bound).
+pub type Limit = Option<u64>;
+
 /// Copies `from` to `to` until either side closes, adding what it
-/// forwarded to `counter` and waiting while `held` says so; then shuts
-/// `to` down (also used by [`crate::forwarder`]).
+/// forwarded to `counter` and going no faster than `limit` says; then
+/// shuts `to` down (also used by [`crate::forwarder`]).
 pub(crate) async fn pipe(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     counter: Option<Arc<AtomicU64>>,
-    mut held: Option<watch::Receiver<bool>>,
+    mut limit: Option<watch::Receiver<Limit>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
+        // Under a limit, a tenth of a second's worth at a time.
+        let rate = limit.as_ref().and_then(|l| *l.borrow());
+        let most = rate.map_or(buf.len(), |r| (r as usize / 10).clamp(1, buf.len()));
+        let n = match from.read(&mut buf[..most]).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some(held) = &mut held
-            && held.wait_for(|held| !held).await.is_err()
+        if let Some(limit) = &mut limit
+            && limit.wait_for(|l| *l != Some(0)).await.is_err()
         {
             break;
         }
@@ -120,6 +129,9 @@ pub(crate) async fn pipe(
         }
         if let Some(counter) = &counter {
             counter.fetch_add(n as u64, Ordering::SeqCst);
+        }
+        if let Some(rate) = limit.as_ref().and_then(|l| *l.borrow()) {
+            tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
         }
     }
     let _ = to.shutdown().await;

@@ -152,6 +152,7 @@ impl<P: Source> Feed<P> {
                         Err(err) => return self.fail(err, State::Snapshot),
                         Ok(rv) => self.replace(objects, rv).await,
                     }
+                    self.parent_at(&event);
                     self.set_phase(Phase::Watching);
                     State::Following { stream }
                 }
@@ -172,12 +173,14 @@ impl<P: Source> Feed<P> {
                         // A unit that changed nothing: its gap still is one.
                         self.store.apply_unit(Vec::new(), rv);
                         self.synced_to(rv);
+                        self.parent_at(&event);
                         State::Following { stream }
                     }
                     Ok(rv) if event.resync => self.unit_event(event, stream, rv, Vec::new()),
                     Ok(rv) => {
                         if event.r#type() == EventType::Bookmark {
                             self.store.bookmark(rv);
+                            self.parent_at(&event);
                         } else if let Some((kind, object)) = self.object(&event) {
                             self.store.apply(kind, object);
                         }
@@ -219,13 +222,15 @@ impl<P: Source> Feed<P> {
 
     /// Opens a watch of every object of the type on the parent, after
     /// `from`, or with a new snapshot. Bookmarks on: they move the store,
-    /// so that a resume from the parent's bookmark is exact here too.
+    /// so that a resume from the parent's bookmark is exact here too; and
+    /// each says where the parent is ([`Feed::parent_at`]).
     async fn open(&mut self, from: Option<ResourceVersion>) -> Result<Events, FeedError> {
         let request = WatchRequest {
             resource: Some(ResourceRef::from(self.store.resource().gvr.clone())),
             resource_version: from.map(|rv| rv.to_string()).unwrap_or_default(),
             send_initial_events: from.is_none(),
             allow_bookmarks: true,
+            head_bookmarks: true,
             ..WatchRequest::default()
         };
         let watch = self.parent.open(request);
@@ -259,6 +264,7 @@ impl<P: Source> Feed<P> {
         if ends_resync(&event) {
             self.store.apply_unit(changes, rv);
             self.synced_to(rv);
+            self.parent_at(&event);
             return State::Following { stream };
         }
         if let Some(change) = self.object(&event) {
@@ -301,6 +307,21 @@ impl<P: Source> Feed<P> {
                 None
             }
         }
+    }
+
+    /// Notes where the parent was as it sent `event`, a bookmark (its
+    /// `head_resource_version`; an older parent sends none), against
+    /// where the store is now: how far behind the parent the store is.
+    fn parent_at(&self, event: &WatchEvent) {
+        let Ok(head) = event.head_resource_version.parse::<ResourceVersion>() else {
+            return;
+        };
+        let store = self.store.head().resource_version;
+        let mut status = self.status.lock();
+        let parent = self.parent.address();
+        status
+            .parent_heads
+            .observe(&parent, Instant::now(), head, store);
     }
 
     /// Where a failure leaves the feed, which resumes with `then`.

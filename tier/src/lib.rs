@@ -22,15 +22,16 @@
 //! address, from there.
 //!
 //! [`discover`] takes the types' kind, scope and selectable fields from the
-//! parent's ListResources; a [`HeadProbe`] looks at the parent's heads
-//! there, for how far each store is behind it.
+//! parent's ListResources. The feed's watch asks for head bookmarks: each
+//! bookmark says where the parent was as it sent it, at least every
+//! second, so each store knows how far behind the parent it is without a
+//! call of its own.
 //!
 //! [`Store::apply_unit`]: kube_fanout_core::store::Store::apply_unit
 
 mod discovery;
 mod error;
 mod feed;
-mod probe;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -38,5 +39,4 @@ mod tests;
 pub use discovery::{DiscoveryError, discover};
 pub use error::FeedError;
 pub use feed::Feed;
-pub use probe::{HeadProbe, INTERVAL as PROBE_INTERVAL, Probed};
 pub use state::State;

@@ -38,6 +38,8 @@ struct Script {
     sessions: Arc<Mutex<VecDeque<Session>>>,
     asked: Arc<Mutex<Vec<(Instant, String, bool)>>>,
     moves: Arc<Mutex<Vec<&'static str>>>,
+    /// Whether every watch asked for head bookmarks.
+    head_bookmarks: Arc<Mutex<bool>>,
 }
 
 impl Source for Script {
@@ -48,6 +50,8 @@ impl Source for Script {
             request.send_initial_events,
         );
         self.asked.lock().unwrap().push(asked);
+        let mut heads = self.head_bookmarks.lock().unwrap();
+        *heads = request.head_bookmarks && (*heads || self.asked.lock().unwrap().len() == 1);
         let Some(session) = self.sessions.lock().unwrap().pop_front() else {
             return Ok(futures::stream::pending().boxed());
         };
@@ -84,6 +88,7 @@ fn event(kind: EventType, name: &str, rv: u64, resync: bool) -> WatchEvent {
         resource_version: rv.to_string(),
         object: object.to_string(),
         resync,
+        head_resource_version: String::new(),
     }
 }
 
@@ -97,6 +102,7 @@ fn bookmark(rv: u64, annotations: serde_json::Value, resync: bool) -> WatchEvent
         resource_version: rv.to_string(),
         object: object.to_string(),
         resync,
+        head_resource_version: String::new(),
     }
 }
 
@@ -309,5 +315,47 @@ async fn a_parent_without_the_stores_rv_gives_a_new_snapshot_whose_difference_is
             after: ResourceVersion(3),
             until: ResourceVersion(7)
         }]
+    );
+}
+
+/// The parent's head bookmarks say how far behind the leaf's store is:
+/// a bookmark naming a head ahead of the store is a look it has not
+/// reached, aged from its arrival, until the store passes it.
+#[tokio::test(start_paused = true)]
+async fn the_parents_head_bookmarks_say_how_far_behind_the_store_is() {
+    let mut ahead = bookmark(3, serde_json::json!({}), false);
+    ahead.head_resource_version = "9".into();
+    let (mut feed, store, script) = feed(vec![Ok((
+        snapshot(&["a"], 3)
+            .into_iter()
+            .chain([ahead, event(EventType::Added, "b", 9, false)])
+            .collect(),
+        None,
+    ))]);
+    let status = feed.status();
+    let mut at_3 = step_until(&mut feed, State::Snapshot, &store, |s| s.head().synced).await;
+    while status.lock().parent_heads.newest().is_none() {
+        at_3 = feed.step(at_3).await;
+    }
+    assert_eq!(
+        status.lock().parent_heads.newest(),
+        Some(ResourceVersion(9))
+    );
+    tokio::time::advance(Duration::from_secs(4)).await;
+    let behind = |store: &Store| {
+        status
+            .lock()
+            .parent_heads
+            .behind(Instant::now(), store.head().resource_version)
+    };
+    assert_eq!(behind(&store), Some(Duration::from_secs(4)));
+    step_until(&mut feed, at_3, &store, |s| {
+        s.head().resource_version.0 == 9
+    })
+    .await;
+    assert_eq!(behind(&store), Some(Duration::ZERO));
+    assert!(
+        *script.head_bookmarks.lock().unwrap(),
+        "the watch did not ask for head bookmarks"
     );
 }

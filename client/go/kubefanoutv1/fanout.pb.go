@@ -274,7 +274,15 @@ type WatchRequest struct {
 	// {"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{...}}.
 	// Filters, units and resume points are unchanged. grpcurl:
 	// -d '{"resource":{...},"metadataOnly":true}'.
-	MetadataOnly  bool `protobuf:"varint,8,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	MetadataOnly bool `protobuf:"varint,8,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	// Bookmarks say where the server is: each BOOKMARK the stream gets
+	// carries head_resource_version, the resourceVersion the server's cache
+	// had reached when it was sent, and a BOOKMARK comes at least every
+	// second (at the stream's resume point, never inside a unit) whatever
+	// else does, and as the stream starts. How far behind the server the
+	// subscriber is follows from them; a tier's leaf asks for them to know
+	// how far behind its parent it is. Needs allow_bookmarks.
+	HeadBookmarks bool `protobuf:"varint,9,opt,name=head_bookmarks,json=headBookmarks,proto3" json:"head_bookmarks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -365,6 +373,13 @@ func (x *WatchRequest) GetMetadataOnly() bool {
 	return false
 }
 
+func (x *WatchRequest) GetHeadBookmarks() bool {
+	if x != nil {
+		return x.HeadBookmarks
+	}
+	return false
+}
+
 type WatchEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  EventType              `protobuf:"varint,1,opt,name=type,proto3,enum=kubefanout.v1.EventType" json:"type,omitempty"`
@@ -388,9 +403,14 @@ type WatchEvent struct {
 	// Part of a re-sync unit (see Watch): ADDED, MODIFIED or DELETED events
 	// with resync=true are applied together when the BOOKMARK with
 	// resync=true at the same resourceVersion closes the unit.
-	Resync        bool `protobuf:"varint,4,opt,name=resync,proto3" json:"resync,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resync bool `protobuf:"varint,4,opt,name=resync,proto3" json:"resync,omitempty"`
+	// On a BOOKMARK of a stream that asked for head_bookmarks: the
+	// resourceVersion the server's cache had reached as it sent it, at
+	// least this event's resource_version (the subscriber is behind the
+	// server by the changes in between). Empty otherwise.
+	HeadResourceVersion string `protobuf:"bytes,5,opt,name=head_resource_version,json=headResourceVersion,proto3" json:"head_resource_version,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *WatchEvent) Reset() {
@@ -449,6 +469,13 @@ func (x *WatchEvent) GetResync() bool {
 		return x.Resync
 	}
 	return false
+}
+
+func (x *WatchEvent) GetHeadResourceVersion() string {
+	if x != nil {
+		return x.HeadResourceVersion
+	}
+	return ""
 }
 
 type ListRequest struct {
@@ -896,12 +923,15 @@ type ResourceStatus struct {
 	// snapshot's resourceVersion; empty when it started with its own LIST
 	// (or watch-list) of the API server.
 	BootstrappedFrom string `protobuf:"bytes,22,opt,name=bootstrapped_from,json=bootstrappedFrom,proto3" json:"bootstrapped_from,omitempty"`
-	// For a tier's leaf: the resourceVersion its parent's cache was at when
-	// last looked at (every 5 s, with ListResources), and for how many whole
-	// seconds this cache has been behind the parent: the age of the oldest
-	// look whose resourceVersion it has not reached (a lower bound, exact to
-	// the 5 s between looks; 0 once it reached every look). Empty and 0 for
-	// a type fed by the API server, and before the first look.
+	// For a tier's leaf: the newest resourceVersion its parent's cache is
+	// known to have reached (the head the parent's last bookmark carried,
+	// see WatchRequest.head_bookmarks, or this cache's own if newer), and
+	// for how many whole seconds this cache has been behind the parent: the
+	// age of the oldest of those heads it has not reached (a lower bound,
+	// exact to the second between the parent's head bookmarks; 0 once it
+	// reached every one). Empty and 0 for a type fed by the API server, and
+	// before the parent's first bookmark (a parent older than this server
+	// sends no heads).
 	UpstreamResourceVersion string `protobuf:"bytes,23,opt,name=upstream_resource_version,json=upstreamResourceVersion,proto3" json:"upstream_resource_version,omitempty"`
 	UpstreamLagSeconds      uint64 `protobuf:"varint,24,opt,name=upstream_lag_seconds,json=upstreamLagSeconds,proto3" json:"upstream_lag_seconds,omitempty"`
 	unknownFields           protoimpl.UnknownFields
@@ -1114,7 +1144,7 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\vResourceRef\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\"\xdb\x02\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\"\x82\x03\n" +
 	"\fWatchRequest\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -1123,13 +1153,15 @@ const file_kubefanout_v1_fanout_proto_rawDesc = "" +
 	"\x10resource_version\x18\x05 \x01(\tR\x0fresourceVersion\x12.\n" +
 	"\x13send_initial_events\x18\x06 \x01(\bR\x11sendInitialEvents\x12'\n" +
 	"\x0fallow_bookmarks\x18\a \x01(\bR\x0eallowBookmarks\x12#\n" +
-	"\rmetadata_only\x18\b \x01(\bR\fmetadataOnly\"\x95\x01\n" +
+	"\rmetadata_only\x18\b \x01(\bR\fmetadataOnly\x12%\n" +
+	"\x0ehead_bookmarks\x18\t \x01(\bR\rheadBookmarks\"\xc9\x01\n" +
 	"\n" +
 	"WatchEvent\x12,\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x18.kubefanout.v1.EventTypeR\x04type\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12\x16\n" +
 	"\x06object\x18\x03 \x01(\tR\x06object\x12\x16\n" +
-	"\x06resync\x18\x04 \x01(\bR\x06resync\"\x88\x02\n" +
+	"\x06resync\x18\x04 \x01(\bR\x06resync\x122\n" +
+	"\x15head_resource_version\x18\x05 \x01(\tR\x13headResourceVersion\"\x88\x02\n" +
 	"\vListRequest\x126\n" +
 	"\bresource\x18\x01 \x01(\v2\x1a.kubefanout.v1.ResourceRefR\bresource\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +

@@ -1009,6 +1009,7 @@ async fn an_undecodable_change_in_a_unit_is_reported_and_the_rest_applies_at_onc
         resource_version: "20".into(),
         object: "{\"data\": 42}".into(),
         resync: true,
+        head_resource_version: String::new(),
     });
     let script = Script::new(vec![Session::Stream(vec![
         added("a", 3),

@@ -32,6 +32,9 @@ pub struct Delivery {
     /// The ring event, when this delivery is that event unchanged: its one
     /// encoding then serves every subscriber ([`Event::encoded`]).
     pub(crate) unchanged: Option<Unchanged>,
+    /// On a bookmark of a stream with head bookmarks: where the store was
+    /// as it was handed out.
+    pub(crate) head: Option<ResourceVersion>,
 }
 
 /// A ring event that a delivery passes on as it is.
@@ -94,6 +97,7 @@ pub(super) fn deliver(store: &Store, spec: &WatchSpec, event: &Arc<Event>) -> Op
         resync: event.resync,
         projection: spec.projection,
         unchanged,
+        head: None,
     })
 }
 
@@ -136,6 +140,7 @@ pub(super) fn bookmark(
         resync: marker == Marker::ResyncEnd,
         projection,
         unchanged: None,
+        head: None,
     }
 }
 

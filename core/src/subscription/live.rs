@@ -20,11 +20,11 @@ use super::{
     error::WatchError,
     lag::{BATCH, LagBound},
     pace::Pace,
-    request::{Limits, WatchSpec},
+    request::{HEAD_BOOKMARK_INTERVAL, Limits, WatchSpec},
 };
 use crate::{
     dispatch::Interest,
-    event::Event,
+    event::{Event, EventKind},
     object::ResourceVersion,
     store::{Head, Reader, Store},
 };
@@ -71,6 +71,9 @@ pub(super) struct Live {
     reader: Reader,
     /// How fast its events come: whether, woken, it waits for more.
     pace: Pace,
+    /// With head bookmarks: when the next is due (the stream's first at
+    /// once, then one [`HEAD_BOOKMARK_INTERVAL`] after each bookmark).
+    head_due: Option<Instant>,
 }
 
 /// Where live following is. Each step moves it on:
@@ -220,7 +223,27 @@ impl Live {
                 .register(cx.spec.filter.pinned(), cx.spec.filter.required_labels()),
             reader: cx.store.reader(),
             pace: Pace::new(now, cx.limits.min_send_interval),
+            head_due: cx.spec.head_bookmarks.then_some(now),
         }
+    }
+
+    /// `delivery`, a bookmark, as this stream sends it: with head
+    /// bookmarks, stamped with the store's head (its own encoding, not the
+    /// shared one) and the next due an interval from now.
+    pub(super) fn stamped(&mut self, cx: &Context, mut delivery: Delivery) -> Delivery {
+        if let Some(due) = &mut self.head_due {
+            *due = Instant::now() + HEAD_BOOKMARK_INTERVAL;
+            let head = cx.head.borrow().resource_version;
+            delivery.head = Some(head.max(delivery.resource_version));
+            delivery.unchanged = None;
+        }
+        delivery
+    }
+
+    /// Whether a head bookmark is due; one never is for a stream without
+    /// them, nor for one without bookmarks.
+    fn head_bookmark_due(&self, cx: &Context) -> bool {
+        cx.spec.allow_bookmarks && self.head_due.is_some_and(|due| Instant::now() >= due)
     }
 
     /// The next live delivery, or the error that ends the stream: steps
@@ -237,6 +260,9 @@ impl Live {
                 }
             };
             if let Some(delivery) = delivery {
+                if delivery.kind == EventKind::Bookmark {
+                    return Ok(self.stamped(cx, delivery));
+                }
                 return Ok(delivery);
             }
         }
@@ -245,6 +271,7 @@ impl Live {
     /// `CatchingUp`: hands out the next pending event that the subscriber
     /// receives; with none left, reads on from the cursor.
     fn catch_up(&mut self, cx: &mut Context) -> Result<Option<Delivery>, WatchError> {
+        let head_due = self.head_bookmark_due(cx);
         let Phase::CatchingUp {
             pending,
             last_sent,
@@ -259,6 +286,23 @@ impl Live {
         // lock shared with the other subscribers.
         if cx.store.is_closing() {
             return Err(self.shutting_down(cx));
+        }
+        // A head bookmark while catching up: at the last event read, unless
+        // that is inside a unit or the next event shares its RV.
+        if head_due
+            && let Resume::At(_) = self.resume
+            && pending
+                .front()
+                .is_none_or(|next| next.resource_version > self.read_rv)
+        {
+            self.resume = Resume::At(self.read_rv);
+            *last_sent = LastSent::SinceLastWait;
+            return Ok(Some(bookmark(
+                &cx.store,
+                self.read_rv,
+                Marker::None,
+                cx.spec.projection,
+            )));
         }
         while let Some(event) = pending.pop_front() {
             // A batch can take a slow reader longer to get through than
@@ -366,6 +410,14 @@ impl Live {
         cx: &mut Context,
         last_sent: Instant,
     ) -> Result<Option<Delivery>, WatchError> {
+        // A head bookmark falls due sooner than the progress timer's last
+        // deadline (its interval counts from the last bookmark).
+        if cx.spec.allow_bookmarks
+            && let Some(due) = self.head_due
+            && due < self.progress.deadline()
+        {
+            self.progress.as_mut().reset(sooner(due, cx.retire_at));
+        }
         let indexed = self.interest.is_indexed();
         let wake = tokio::select! {
             changed = cx.head.changed(), if !indexed => Wake::Changed { store_gone: changed.is_err() },
@@ -405,8 +457,12 @@ impl Live {
             });
         }
         let due = last_sent + cx.limits.progress_interval;
-        if Instant::now() < due {
-            self.progress.as_mut().reset(sooner(due, cx.retire_at));
+        let head_due = self.head_bookmark_due(cx);
+        if Instant::now() < due && !head_due {
+            self.progress.as_mut().reset(sooner(
+                self.head_due.map_or(due, |d| d.min(due)),
+                cx.retire_at,
+            ));
             return Ok(None);
         }
         // A quiet indexed subscriber catches up with the head here, without
@@ -420,11 +476,18 @@ impl Live {
         }
         let last_sent = Instant::now();
         self.phase = Phase::Woken { last_sent };
-        let deadline = last_sent + cx.limits.progress_interval;
+        let mut deadline = last_sent + cx.limits.progress_interval;
+        if self.head_due.is_some() {
+            // The bookmark sent here (if one is) moves the next head
+            // bookmark on; if none is (inside a unit), it is due again.
+            deadline = deadline.min(last_sent + HEAD_BOOKMARK_INTERVAL);
+        }
         self.progress.as_mut().reset(sooner(deadline, cx.retire_at));
         // Never inside a unit: its RV is no resume point yet.
         match self.resume {
-            Resume::At(resume_from) if cx.spec.allow_bookmarks && self.read_rv > resume_from => {
+            Resume::At(resume_from)
+                if cx.spec.allow_bookmarks && (self.read_rv > resume_from || head_due) =>
+            {
                 self.resume = Resume::At(self.read_rv);
                 Ok(Some(bookmark(
                     &cx.store,
@@ -1020,5 +1083,111 @@ mod tests {
                 Projection::default()
             )))
         );
+    }
+
+    /// (kind, RV, head) of the next delivery, waiting for it.
+    async fn stamped(
+        stream: &mut (impl Stream<Item = Result<Delivery, WatchError>> + Unpin),
+    ) -> (EventKind, u64, Option<u64>) {
+        let d = stream.next().await.unwrap().unwrap();
+        (d.kind, d.resource_version.0, d.head.map(|h| h.0))
+    }
+
+    fn with_heads(start: Start, send_initial_events: bool) -> WatchSpec {
+        WatchSpec {
+            head_bookmarks: true,
+            ..spec("", start, send_initial_events)
+        }
+    }
+
+    /// A resumed stream with head bookmarks starts with a bookmark at its
+    /// resume point naming the store's head; so does a snapshot's end
+    /// bookmark. One without them gets the events alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_with_head_bookmarks_starts_with_one_naming_the_head() {
+        let store = empty_store();
+        for rv in 2..=5 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        let mut heads = Box::pin(watch(
+            store.clone(),
+            with_heads(Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        ));
+        assert_eq!(stamped(&mut heads).await, (EventKind::Bookmark, 3, Some(5)));
+        assert_eq!(stamped(&mut heads).await, (EventKind::Added, 4, None));
+        assert_eq!(stamped(&mut heads).await, (EventKind::Added, 5, None));
+
+        let mut plain = Box::pin(watch(
+            store.clone(),
+            spec("", Start::At(ResourceVersion(3)), false),
+            Limits::default(),
+        ));
+        assert_eq!(stamped(&mut plain).await, (EventKind::Added, 4, None));
+
+        let mut snapshot = Box::pin(watch(
+            store.clone(),
+            with_heads(Start::Latest, true),
+            Limits::default(),
+        ));
+        for _ in 2..=5 {
+            assert_eq!(stamped(&mut snapshot).await.0, EventKind::Added);
+        }
+        assert_eq!(
+            stamped(&mut snapshot).await,
+            (EventKind::Bookmark, 5, Some(5))
+        );
+        assert!(
+            ready(&mut snapshot).await.is_empty(),
+            "a second bookmark at once"
+        );
+    }
+
+    /// A reader catching up slowly gets a bookmark at its resume point
+    /// once a second has passed since the last, naming the head it is
+    /// behind; a caught-up one waiting gets one every second too; an
+    /// upstream bookmark is stamped (and starts the second again).
+    #[tokio::test(start_paused = true)]
+    async fn head_bookmarks_come_every_second_catching_up_or_waiting() {
+        let store = empty_store();
+        for rv in 2..=4 {
+            store.apply(EventKind::Added, object(&format!("o{rv}"), rv, "{}"));
+        }
+        let mut stream = Box::pin(watch(
+            store.clone(),
+            with_heads(Start::At(ResourceVersion(1)), false),
+            Limits::default(),
+        ));
+        assert_eq!(
+            stamped(&mut stream).await,
+            (EventKind::Bookmark, 1, Some(4))
+        );
+        assert_eq!(stamped(&mut stream).await, (EventKind::Added, 2, None));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert_eq!(stamped(&mut stream).await, (EventKind::Added, 3, None));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            stamped(&mut stream).await,
+            (EventKind::Bookmark, 3, Some(4))
+        );
+        assert_eq!(stamped(&mut stream).await, (EventKind::Added, 4, None));
+        let waiting = Instant::now();
+        assert_eq!(
+            stamped(&mut stream).await,
+            (EventKind::Bookmark, 4, Some(4))
+        );
+        assert_eq!(Instant::now() - waiting, Duration::from_secs(1));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        store.bookmark(ResourceVersion(9));
+        assert_eq!(
+            stamped(&mut stream).await,
+            (EventKind::Bookmark, 9, Some(9))
+        );
+        let forwarded = Instant::now();
+        assert_eq!(
+            stamped(&mut stream).await,
+            (EventKind::Bookmark, 9, Some(9))
+        );
+        assert_eq!(Instant::now() - forwarded, Duration::from_secs(1));
     }
 }

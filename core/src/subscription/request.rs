@@ -49,9 +49,17 @@ pub struct WatchSpec {
     pub send_initial_events: bool,
     /// Forward bookmarks.
     pub allow_bookmarks: bool,
+    /// With bookmarks: each carries the store's head, and one comes at
+    /// least every [`HEAD_BOOKMARK_INTERVAL`] and as the stream starts
+    /// (a tier's leaf, to know how far behind its parent it is).
+    pub head_bookmarks: bool,
     /// What of each object it receives.
     pub projection: Projection,
 }
+
+/// The longest a stream with head bookmarks goes without one: the
+/// resolution of a tier's leaf's lag behind its parent.
+pub const HEAD_BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Server-side bounds on a watch.
 #[derive(Debug, Clone, Copy)]

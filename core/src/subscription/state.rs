@@ -177,17 +177,23 @@ impl Subscription {
                             resync: false,
                             projection: spec.projection,
                             unchanged: None,
+                            head: None,
                         })));
                     }
                     // Releases the snapshot hold.
-                    self.state = State::Live(Box::new(Live::new(&self.cx, seq, rv)));
-                    if self.cx.spec.send_initial_events {
-                        return Some(Ok(Output::Event(bookmark(
+                    let mut live = Box::new(Live::new(&self.cx, seq, rv));
+                    let end = self.cx.spec.send_initial_events.then(|| {
+                        let end = bookmark(
                             &self.cx.store,
                             rv,
                             Marker::InitialEventsEnd,
                             self.cx.spec.projection,
-                        ))));
+                        );
+                        live.stamped(&self.cx, end)
+                    });
+                    self.state = State::Live(live);
+                    if let Some(end) = end {
+                        return Some(Ok(Output::Event(end)));
                     }
                 }
                 State::Live(live) => {

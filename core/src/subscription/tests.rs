@@ -44,6 +44,7 @@ pub(crate) fn spec(label_selector: &str, start: Start, send_initial_events: bool
         send_initial_events,
         allow_bookmarks: true,
         projection: Projection::Full,
+        head_bookmarks: false,
     }
 }
 

@@ -926,6 +926,7 @@ mod tests {
             })
             .to_string(),
             resync: false,
+            head_resource_version: String::new(),
         })
     }
 
@@ -948,6 +949,7 @@ mod tests {
             object: serde_json::json!({"metadata": {"resourceVersion": rv.to_string(), "annotations": annotations}})
                 .to_string(),
             resync,
+            head_resource_version: String::new(),
         })
     }
 

@@ -235,6 +235,7 @@ async fn live(
             send_initial_events: snapshot,
             allow_bookmarks: b.bookmarks,
             metadata_only: b.filter.metadata_only,
+            head_bookmarks: false,
         };
         life.entries.push(Entry::Connect {
             at: Instant::now(),
