@@ -21,6 +21,8 @@ pub mod faults;
 pub mod forwarder;
 pub mod helm;
 pub mod metrics_reference;
+// Network namespaces, a kubelet on containerd: the real node is Linux only.
+#[cfg(target_os = "linux")]
 pub mod node;
 pub mod pki;
 pub mod process;

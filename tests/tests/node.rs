@@ -17,6 +17,9 @@
 //! upgrade`, turns the new pods Ready; `helm uninstall` leaves nothing
 //! behind.
 
+// The real node (network namespaces, a kubelet on containerd) is Linux only.
+#![cfg(target_os = "linux")]
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex},
