@@ -216,25 +216,16 @@ fn every_alert_links_to_its_own_runbook_section() -> Result<()> {
 /// The crates of `scripts/layers` with their layers (its `[crate]=N` lines).
 /// (`scripts/module-cycles` keeps no list: it checks every library crate
 /// `cargo metadata` names.)
-fn script_crates(script: &str) -> Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(root().join(script)).context(script.to_owned())?;
-    let mut crates = BTreeMap::new();
-    let mut in_list = false;
-    for line in text.lines().map(str::trim) {
-        if let Some((name, layer)) = line
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once("]="))
-        {
-            crates.insert(name.to_owned(), layer.to_owned());
-        } else if line == "crates=(" {
-            in_list = true;
-        } else if in_list && line == ")" {
-            in_list = false;
-        } else if in_list {
-            crates.insert(line.to_owned(), String::new());
-        }
-    }
-    Ok(crates)
+fn layered_crates() -> Result<BTreeMap<String, String>> {
+    let script = "scripts/layers";
+    let text = std::fs::read_to_string(root().join(script)).context(script)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let (name, layer) = line.trim().strip_prefix('[')?.split_once("]=")?;
+            Some((name.to_owned(), layer.to_owned()))
+        })
+        .collect())
 }
 
 /// The rows of the architecture page's table of crates by layer: each
@@ -258,7 +249,7 @@ fn documented_layers(markdown: &str) -> BTreeMap<String, String> {
 fn the_architecture_page_lists_every_crate_at_its_layer() -> Result<()> {
     let page = "docs/development/architecture.md";
     let documented = documented_layers(&std::fs::read_to_string(root().join(page)).context(page)?);
-    let layers = script_crates("scripts/layers")?;
+    let layers = layered_crates()?;
     ensure!(
         layers.len() >= 10,
         "only {} crates in scripts/layers",
